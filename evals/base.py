@@ -1,0 +1,51 @@
+"""What an eval is: items with prompts, a per-item scorer, and a summary; the loop lives in harness.evaluate.
+
+Evals that drive generation themselves (lm-eval) override `run`; everything else only supplies
+`items`, `score` and (optionally) `summarize`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.base import Prompt
+
+
+@dataclass
+class EvalItem:
+    sample_id: str  # unique and stable within the eval: the resume key
+    prompt: Prompt
+    target: Any = None  # whatever `score` needs (answer, tests, solution grid...)
+    meta: dict[str, Any] = field(default_factory=dict)  # recorded with the sample (bucket, difficulty...)
+
+
+class Eval(ABC):
+    """Base class. Subclasses are instantiated from `conf/eval/*.yaml` via Hydra `_target_`."""
+
+    name: str = "eval"
+
+    def __init__(self, max_new_tokens: int = 256, stop_strings: list[str] | None = None, limit: int | None = None):
+        self.max_new_tokens = max_new_tokens
+        self.stop_strings = list(stop_strings or [])
+        self.limit = limit
+
+    @abstractmethod
+    def items(self) -> list[EvalItem]:
+        """All items, in a fixed order (respect `self.limit` by slicing)."""
+
+    @abstractmethod
+    def score(self, item: EvalItem, text: str) -> dict[str, Any]:
+        """Per-sample scores; must include `correct` (float in [0, 1]), the default quality."""
+
+    def summarize(self, scored: list[dict[str, Any]]) -> dict[str, Any]:
+        """Eval-level quality figures from stored sample rows. Default: quality = mean of `correct`."""
+        n = len(scored)
+        return {"quality": sum(r["correct"] for r in scored) / n if n else 0.0}
+
+    def run(self, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
+        """Decode every unfinished item, store each sample as it finishes, return the metrics."""
+        from harness.evaluate import run_items
+
+        return run_items(self, decoder, store, batch_size=batch_size, seed=seed)

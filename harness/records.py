@@ -1,0 +1,78 @@
+"""Typed records at the boundaries: what a decoder returns per sample, and how it is counted.
+
+One TPF rule everywhere (see BRIEF): benchmark TPF = total valid output tokens / total decoder (or
+target) forward passes, summed over samples, not a mean of per-sample ratios. Valid tokens are the new
+tokens cut after the first EOS (the EOS itself counts, as in `transformers`' `tokens_per_forward`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class GenerationRequest:
+    """One prompt to decode. `seed` feeds this sample's own random stream (batch-invariant decoding)."""
+
+    sample_id: str
+    prompt_ids: list[int]
+    seed: int
+    max_new_tokens: int
+    stop_strings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GenerationResult:
+    """What any decoder (diffusion, AR, AR+draft) returns for one request."""
+
+    sample_id: str
+    token_ids: list[int]  # valid new tokens, cut after EOS / stop string
+    text: str
+    nfe: int  # decoder (diffusion) or target (AR) forward passes spent on this sample
+    encoder_forwards: int = 0
+    prompt_tokens: int = 0
+    finished_by: str = "length"  # "eos" | "stop" | "length"
+    wall_time_s: float = 0.0
+    steps_per_canvas: list[int] = field(default_factory=list)
+    step_cap_hits: int = 0  # canvases that used every allowed denoising step
+    accepted_per_step: list[list[int]] = field(default_factory=list)  # per canvas, per step
+    renoised_per_step: list[list[int]] = field(default_factory=list)
+    trajectory: list[dict[str, Any]] | None = None  # per step: canvas index, argmax canvas, mean entropy
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def tpf(self) -> float:
+        return self.num_tokens / self.nfe if self.nfe else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["num_tokens"] = self.num_tokens
+        d["tpf"] = self.tpf
+        return d
+
+
+def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Benchmark-level decode figures from per-sample result dicts (as stored in samples.jsonl)."""
+    n = len(results)
+    tokens = sum(r["num_tokens"] for r in results)
+    nfe = sum(r["nfe"] for r in results)
+    wall = sum(r["wall_time_s"] for r in results)
+    steps = [s for r in results for s in r.get("steps_per_canvas", [])]
+    canvases = len(steps)
+    return {
+        "num_samples": n,
+        "num_tokens": tokens,
+        "nfe": nfe,
+        "tpf": tokens / nfe if nfe else 0.0,
+        "tokens_per_second": tokens / wall if wall else 0.0,
+        "wall_time_s": wall,
+        "mean_tokens_per_sample": tokens / n if n else 0.0,
+        "mean_steps_per_canvas": sum(steps) / canvases if canvases else 0.0,
+        "step_cap_hit_rate": sum(r.get("step_cap_hits", 0) for r in results) / canvases if canvases else 0.0,
+        "encoder_forwards": sum(r.get("encoder_forwards", 0) for r in results),
+    }

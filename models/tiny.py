@@ -1,0 +1,132 @@
+"""Build tiny, random DiffusionGemma / Gemma checkpoints and a character tokenizer, offline.
+
+Tests and the CPU default need real `transformers` models without any download: these builders make
+them from configs, save them with `save_pretrained`, and everything then loads them through the same
+`from_pretrained` path as a hub id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import string
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    DiffusionGemmaConfig,
+    DiffusionGemmaForBlockDiffusion,
+    Gemma4ForCausalLM,
+    Gemma4TextConfig,
+    PreTrainedTokenizerFast,
+)
+
+PAD, EOS, BOS, UNK = "<pad>", "<eos>", "<bos>", "<unk>"
+SPECIALS = [PAD, EOS, BOS, UNK, "<start_of_turn>", "<end_of_turn>"]
+# Printable ASCII minus the vertical-tab/form-feed noise: enough for prompts, digits and code.
+CHARS = [c for c in string.printable if c not in "\x0b\x0c\r"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+    "{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer: ids 0..5 are specials (pad, eos, bos, unk, turn markers)."""
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK,
+        additional_special_tokens=SPECIALS[4:], padding_side="left",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def vocab_size_for(tokenizer) -> int:
+    """Round the tokenizer size up to a multiple of 8, leaving room for the 3 image ids at the top."""
+    n = len(tokenizer) + 3
+    return (n + 7) // 8 * 8
+
+
+def diffusion_config(
+    vocab_size: int, hidden: int = 64, layers: int = 2, heads: int = 2, head_dim: int = 32,
+    intermediate: int = 128, canvas_length: int = 16, num_experts: int = 2, max_position: int = 4096,
+) -> DiffusionGemmaConfig:
+    """Smallest DiffusionGemma config that builds (see shared/NOTES.md): tiny vision tower, MoE >= 1 expert."""
+    layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers - 1)]
+    layer_types.append("full_attention")
+    text = dict(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+        layer_types=layer_types, num_attention_heads=heads, num_key_value_heads=1, head_dim=head_dim,
+        global_head_dim=head_dim, num_global_key_value_heads=1, num_experts=num_experts, top_k_experts=1,
+        moe_intermediate_size=max(16, intermediate // 4), sliding_window=128, max_position_embeddings=max_position,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+    vision = dict(
+        model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=1, num_key_value_heads=1, head_dim=16, patch_size=4,
+        position_embedding_size=16, pooling_kernel_size=1,
+    )
+    return DiffusionGemmaConfig(
+        text_config=text, vision_config=vision, canvas_length=canvas_length,
+        boi_token_id=vocab_size - 3, eoi_token_id=vocab_size - 2, image_token_id=vocab_size - 1,
+    )
+
+
+def ar_config(vocab_size: int, hidden: int = 64, layers: int = 2, heads: int = 2, head_dim: int = 32,
+              intermediate: int = 128, max_position: int = 4096) -> Gemma4TextConfig:
+    """A small Gemma 4 text (causal) config for the AR baseline and its draft model."""
+    layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers - 1)]
+    layer_types.append("full_attention")
+    return Gemma4TextConfig(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+        layer_types=layer_types, num_attention_heads=heads, num_key_value_heads=1, head_dim=head_dim,
+        global_head_dim=head_dim, num_global_key_value_heads=1, sliding_window=128,
+        max_position_embeddings=max_position, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+        hidden_size_per_layer_input=0, vocab_size_per_layer_input=vocab_size, tie_word_embeddings=True,
+    )
+
+
+def build_diffusion(out_dir: str | Path, seed: int = 0, **config_kwargs) -> Path:
+    """Save a random tiny DiffusionGemma checkpoint + char tokenizer under `out_dir`."""
+    tok = char_tokenizer()
+    torch.manual_seed(seed)
+    model = DiffusionGemmaForBlockDiffusion(diffusion_config(vocab_size_for(tok), **config_kwargs))
+    return _save(model, tok, out_dir)
+
+
+def build_ar(out_dir: str | Path, seed: int = 0, **config_kwargs) -> Path:
+    """Save a random tiny Gemma 4 causal LM + char tokenizer under `out_dir`."""
+    tok = char_tokenizer()
+    torch.manual_seed(seed)
+    model = Gemma4ForCausalLM(ar_config(vocab_size_for(tok), **config_kwargs))
+    return _save(model, tok, out_dir)
+
+
+def _save(model, tok, out_dir) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("kind", choices=["diffusion", "ar"])
+    p.add_argument("out_dir")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--canvas-length", type=int, default=16)
+    a = p.parse_args()
+    if a.kind == "diffusion":
+        print(build_diffusion(a.out_dir, seed=a.seed, canvas_length=a.canvas_length))
+    else:
+        print(build_ar(a.out_dir, seed=a.seed))
+
+
+if __name__ == "__main__":
+    main()
