@@ -91,11 +91,13 @@ def ar_config(vocab_size: int, hidden: int = 64, layers: int = 2, heads: int = 2
     )
 
 
-def build_diffusion(out_dir: str | Path, seed: int = 0, **config_kwargs) -> Path:
+def build_diffusion(out_dir: str | Path, seed: int = 0, sharpen: float | None = None, **config_kwargs) -> Path:
     """Save a random tiny DiffusionGemma checkpoint + char tokenizer under `out_dir`."""
     tok = char_tokenizer()
     torch.manual_seed(seed)
     model = DiffusionGemmaForBlockDiffusion(diffusion_config(vocab_size_for(tok), **config_kwargs))
+    if sharpen:
+        sharpen_to_copy(model, sharpen)
     return _save(model, tok, out_dir)
 
 
@@ -121,11 +123,28 @@ def main() -> None:
     p.add_argument("out_dir")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--canvas-length", type=int, default=16)
+    p.add_argument("--sharpen", type=float, default=None, help="make a confident copy-denoiser (diffusion only)")
     a = p.parse_args()
     if a.kind == "diffusion":
-        print(build_diffusion(a.out_dir, seed=a.seed, canvas_length=a.canvas_length))
+        print(build_diffusion(a.out_dir, seed=a.seed, sharpen=a.sharpen, canvas_length=a.canvas_length))
     else:
         print(build_ar(a.out_dir, seed=a.seed))
+
+
+
+def sharpen_to_copy(model: DiffusionGemmaForBlockDiffusion, factor: float = 20.0) -> DiffusionGemmaForBlockDiffusion:
+    """Turn a random DiffusionGemma into a confident 'copy the canvas' denoiser (for loop tests).
+
+    Zeroing the decoder's attention/MLP outputs leaves the residual stream = the token embedding, and the
+    tied LM head then scores the input token highest; scaling the final norm makes that confident. Such a
+    model accepts everything after one step and stops early under the adaptive stop rule.
+    """
+    with torch.no_grad():
+        for n, p in model.model.decoder.layers.named_parameters():
+            if "o_proj" in n or "down_proj" in n:
+                p.zero_()
+        model.model.decoder.norm.weight.mul_(factor)
+    return model
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""Config registration and the checks that run before any model loads.
+
+Sampler base nodes (`sampler=entropy_bound|confidence_topk|confidence_threshold`) are generated from
+the dataclasses in `samplers.config`, so every knob and its default is defined once; YAML presets in
+`conf/sampler/` only state what differs. `run_name` derives a readable, unique run-dir name from the
+config values (bd3lms-style), which is also what makes re-running a config resume it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from samplers.config import ConfidenceThresholdConfig, ConfidenceTopKConfig, EntropyBoundConfig
+
+SAMPLERS = {cls.name: cls for cls in (EntropyBoundConfig, ConfidenceTopKConfig, ConfidenceThresholdConfig)}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    for name, cls in SAMPLERS.items():
+        node = {"_target_": f"{cls.__module__}.{cls.__qualname__}", **asdict(cls())}
+        cs.store(group="sampler", name=name, node=node)
+    if not OmegaConf.has_resolver("run_name"):
+        OmegaConf.register_new_resolver("run_name", run_name)
+
+
+SHORT = {"entropy_bound": "b", "max_steps": "n", "tokens_per_step": "k", "threshold": "thr", "remask_ratio": "rm",
+         "temperature_schedule": "T", "t_max": "tmax", "t_min": "tmin", "self_conditioning": "sc",
+         "adaptive_stop": "stop", "canvas_length": "C", "random_stream": "rs", "draw": "draw"}
+
+
+def run_name(model: DictConfig, sampler: DictConfig, ev: DictConfig, seed: int) -> str:
+    """`<model>__<sampler knobs that differ from defaults>__<eval>__s<seed>__<hash of all three>`."""
+    m = OmegaConf.to_container(model, resolve=True)
+    s = OmegaConf.to_container(sampler, resolve=True)
+    e = OmegaConf.to_container(ev, resolve=True)
+    parts = [str(m.get("name", "model"))]
+    if m.get("_target_", "").endswith("DiffusionGemmaAdapter"):
+        cls = SAMPLERS.get(str(s.get("name")))
+        defaults = asdict(cls()) if cls else {}
+        knobs = [f"{SHORT.get(k, k)}{v}" for k, v in s.items()
+                 if not k.startswith("_") and k not in ("name", "capture_trajectory") and defaults.get(k) != v]
+        parts.append("-".join([str(s.get("name"))] + knobs))
+    parts += [str(e.get("name", "eval")), f"s{seed}"]
+    digest = hashlib.sha1(json.dumps([m, s, e, seed], sort_keys=True, default=str).encode()).hexdigest()[:6]
+    return re.sub(r"[^\w.=+-]", "_", "__".join(parts)) + f"__{digest}"
+
+
+def check_model_path(model: DictConfig) -> None:
+    """Fail fast on a model path that is neither a local folder nor a hub id ("org/name")."""
+    path = model.get("path")
+    if not path:
+        raise ValueError("model.path: missing (a local checkpoint folder or a hub id such as org/name)")
+    p = Path(str(path))
+    if p.exists():
+        if not (p / "config.json").exists():
+            raise ValueError(f"model.path: {p} exists but holds no config.json (not a transformers checkpoint)")
+        return
+    if str(path).startswith((".", "/", "~")) or not HUB_ID.match(str(path)):
+        hint = " (build tiny models with `make tiny-models`)" if "tiny" in str(path) else ""
+        raise ValueError(f"model.path: {path} does not exist locally and is not a hub id{hint}")

@@ -1,0 +1,159 @@
+"""Sampler configs: every decoding knob of the block-diffusion loop, typed and validated.
+
+One dataclass per acceptance rule (entropy bound, confidence top-k, confidence threshold), all sharing
+the loop knobs of `SamplerConfig` (steps, temperature schedule, adaptive stop, self-conditioning,
+remasking, canvas length, random stream). Each config's one entry point is `accept()`: which canvas
+positions keep this step's sampled token; everything else is re-noised with fresh random tokens.
+Validation runs in `__post_init__`, so a bad value fails when Hydra instantiates the sampler, before
+any model loads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+from samplers.draw import StepDraw
+
+TEMPERATURE_SCHEDULES = ("linear", "cosine", "constant")
+RANDOM_STREAMS = ("per_sample", "reference")
+DRAWS = ("fast", "exact")
+
+
+class SamplerConfigError(ValueError):
+    """A sampler knob has a bad value; the message names the key."""
+
+
+def _require(ok: bool, key: str, msg: str) -> None:
+    if not ok:
+        raise SamplerConfigError(f"sampler.{key}: {msg}")
+
+
+@dataclass
+class SamplerConfig:
+    """Loop knobs shared by every acceptance rule. Defaults are the checkpoint's reference sampler."""
+
+    name: str = "base"
+    max_steps: int = 48  # max denoising steps per canvas
+    temperature_schedule: str = "linear"  # linear | cosine | constant (constant uses t_max)
+    t_max: float = 0.8  # temperature at the first step
+    t_min: float = 0.4  # temperature approached at the last step
+    adaptive_stop: bool = True  # stop a canvas once stable and confident
+    stability_steps: int = 1  # argmax canvas unchanged for this many steps
+    stop_entropy: float = 0.005  # ... and mean entropy below this
+    self_conditioning: bool = True  # feed the previous step's logits back
+    remask_ratio: float = 0.0  # re-noise this fraction of the least confident accepted tokens (ReMDM-style)
+    canvas_length: int | None = None  # None: the model's own canvas length
+    random_stream: str = "per_sample"  # per_sample (batch-invariant) | reference (bit-for-bit generate())
+    draw: str = "fast"  # per_sample draws: fast (one log-softmax pass) | exact (softmax + multinomial)
+    capture_trajectory: bool = False  # record the argmax canvas + mean entropy at every step
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        _require(isinstance(self.max_steps, int) and self.max_steps > 0, "max_steps", f"must be an integer > 0, got {self.max_steps!r}")
+        _require(self.temperature_schedule in TEMPERATURE_SCHEDULES, "temperature_schedule",
+                 f"must be one of {TEMPERATURE_SCHEDULES}, got {self.temperature_schedule!r}")
+        _require(self.t_max > 0, "t_max", f"must be > 0, got {self.t_max}")
+        _require(self.t_min > 0, "t_min", f"must be > 0, got {self.t_min}")
+        _require(self.t_max >= self.t_min, "t_max", f"must be >= t_min (got t_max={self.t_max} < t_min={self.t_min})")
+        _require(isinstance(self.stability_steps, int) and self.stability_steps >= 0, "stability_steps",
+                 f"must be an integer >= 0, got {self.stability_steps!r}")
+        _require(self.stop_entropy > 0, "stop_entropy", f"must be > 0, got {self.stop_entropy}")
+        _require(0.0 <= self.remask_ratio < 1.0, "remask_ratio", f"must be in [0, 1), got {self.remask_ratio}")
+        _require(self.canvas_length is None or (isinstance(self.canvas_length, int) and self.canvas_length > 0),
+                 "canvas_length", f"must be null or an integer > 0, got {self.canvas_length!r}")
+        _require(self.random_stream in RANDOM_STREAMS, "random_stream", f"must be one of {RANDOM_STREAMS}, got {self.random_stream!r}")
+        _require(self.draw in DRAWS, "draw", f"must be one of {DRAWS}, got {self.draw!r}")
+
+    def temperature(self, remaining: int) -> float:
+        """Temperature when `remaining` of `max_steps` steps are left (N at the first step, 1 at the last).
+
+        `linear` is transformers' schedule: t_min + (t_max - t_min) * remaining / N.
+        """
+        frac = remaining / self.max_steps
+        if self.temperature_schedule == "linear":
+            return self.t_min + (self.t_max - self.t_min) * frac
+        if self.temperature_schedule == "cosine":
+            return self.t_min + (self.t_max - self.t_min) * 0.5 * (1.0 - math.cos(math.pi * frac))
+        return self.t_max
+
+    def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
+        """(B, C) bool: positions that keep this step's sampled token. `step` counts from 0."""
+        raise NotImplementedError
+
+    def remask(self, accepted: torch.Tensor, confidence: torch.Tensor) -> torch.Tensor:
+        """Drop the `remask_ratio` least confident accepted positions per row (they get re-noised)."""
+        if self.remask_ratio <= 0:
+            return accepted
+        n_drop = torch.floor(accepted.sum(-1).float() * self.remask_ratio).long()  # (B,)
+        conf = confidence.masked_fill(~accepted, float("inf"))
+        order = conf.argsort(dim=-1, stable=True)  # least confident accepted first
+        rank = torch.empty_like(order)
+        rank.scatter_(-1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order))
+        return accepted & (rank >= n_drop[:, None])
+
+    def knobs(self) -> dict:
+        """Flat dict of every knob (recorded with each run and used for run names / plot labels)."""
+        return asdict(self)
+
+
+@dataclass
+class EntropyBoundConfig(SamplerConfig):
+    """The reference rule (arXiv 2505.24857): accept the longest low-entropy prefix with sum(H) - max(H) <= b."""
+
+    name: str = "entropy_bound"
+    entropy_bound: float = 0.1
+
+    def validate(self) -> None:
+        super().validate()
+        _require(self.entropy_bound > 0, "entropy_bound", f"must be > 0, got {self.entropy_bound}")
+
+    def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
+        sorted_h, idx = torch.sort(draw.entropy, dim=-1)
+        keep_sorted = torch.cumsum(sorted_h, dim=-1) - sorted_h <= self.entropy_bound
+        return torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
+
+
+@dataclass
+class ConfidenceTopKConfig(SamplerConfig):
+    """MaskGIT/LLaDA-style: after step i (1-based), keep the k*i most confident positions.
+
+    Uniform-state noise re-decides every position each step, so "k new tokens per step" means the kept
+    set grows by k per step; `tokens_per_step=null` spreads the canvas evenly over `max_steps`.
+    """
+
+    name: str = "confidence_topk"
+    tokens_per_step: int | None = None
+
+    def validate(self) -> None:
+        super().validate()
+        _require(self.tokens_per_step is None or (isinstance(self.tokens_per_step, int) and self.tokens_per_step > 0),
+                 "tokens_per_step", f"must be null or an integer > 0, got {self.tokens_per_step!r}")
+
+    def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
+        c = draw.confidence.shape[-1]
+        k = self.tokens_per_step or math.ceil(c / self.max_steps)
+        n_keep = min(c, k * (step + 1))
+        idx = draw.confidence.topk(n_keep, dim=-1).indices
+        return torch.zeros_like(draw.confidence, dtype=torch.bool).scatter(-1, idx, True)
+
+
+@dataclass
+class ConfidenceThresholdConfig(SamplerConfig):
+    """Fast-dLLM-style: keep every position whose max probability >= threshold (at least the top one)."""
+
+    name: str = "confidence_threshold"
+    threshold: float = 0.9
+
+    def validate(self) -> None:
+        super().validate()
+        _require(0.0 < self.threshold <= 1.0, "threshold", f"must be in (0, 1], got {self.threshold}")
+
+    def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
+        keep = draw.confidence >= self.threshold
+        top = draw.confidence.argmax(-1, keepdim=True)
+        return keep.scatter(-1, top, True)

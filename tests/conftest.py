@@ -1,0 +1,52 @@
+"""Shared fixtures: tiny real checkpoints built once per session (no downloads), one CPU thread."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_diffusion_dir(tmp_path_factory):
+    """Random tiny DiffusionGemma, canvas 8: never confident, so every canvas uses all its steps."""
+    from models.tiny import build_diffusion
+
+    return build_diffusion(tmp_path_factory.mktemp("tiny_diffusion"), seed=0, canvas_length=8)
+
+
+@pytest.fixture(scope="session")
+def sharp_diffusion_dir(tmp_path_factory):
+    """A confident copy-denoiser (models.tiny.sharpen_to_copy): stops after a couple of steps."""
+    from models.tiny import build_diffusion
+
+    return build_diffusion(tmp_path_factory.mktemp("sharp_diffusion"), seed=1, sharpen=20.0, canvas_length=8)
+
+
+@pytest.fixture(scope="session")
+def medium_diffusion_dir(tmp_path_factory):
+    """Partly sharpened: canvases stop after varying numbers of steps."""
+    from models.tiny import build_diffusion
+
+    return build_diffusion(tmp_path_factory.mktemp("medium_diffusion"), seed=2, sharpen=8.0, canvas_length=8)
+
+
+@pytest.fixture(scope="session")
+def adapter_factory():
+    from models.diffusion_gemma import DiffusionGemmaAdapter
+
+    cache = {}
+
+    def make(path, **kw):
+        key = (str(path), tuple(sorted(kw.items())))
+        if key not in cache:
+            cache[key] = DiffusionGemmaAdapter(str(path), dtype="float32", eos_token_ids=kw.pop("eos", [1]), **kw)
+        return cache[key]
+
+    return make
