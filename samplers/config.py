@@ -11,7 +11,7 @@ any model loads.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 
@@ -54,6 +54,7 @@ class SamplerConfig:
         self.validate()
 
     def validate(self) -> None:
+        self._check_types()
         _require(isinstance(self.max_steps, int) and self.max_steps > 0, "max_steps", f"must be an integer > 0, got {self.max_steps!r}")
         _require(self.temperature_schedule in TEMPERATURE_SCHEDULES, "temperature_schedule",
                  f"must be one of {TEMPERATURE_SCHEDULES}, got {self.temperature_schedule!r}")
@@ -68,6 +69,17 @@ class SamplerConfig:
                  "canvas_length", f"must be null or an integer > 0, got {self.canvas_length!r}")
         _require(self.random_stream in RANDOM_STREAMS, "random_stream", f"must be one of {RANDOM_STREAMS}, got {self.random_stream!r}")
         _require(self.draw in DRAWS, "draw", f"must be one of {DRAWS}, got {self.draw!r}")
+
+    def _check_types(self) -> None:
+        """Type-check every knob against its annotation (ints are fine where floats are expected)."""
+        allowed = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "None": (type(None),)}
+        for f in fields(self):
+            kinds = tuple(t for part in str(f.type).split("|") for t in allowed[part.strip()])
+            value = getattr(self, f.name)
+            ok = isinstance(value, kinds) and (isinstance(value, bool) == (bool in kinds) or value is None)
+            _require(ok, f.name, f"must be of type {f.type}, got {value!r} ({type(value).__name__})")
+            if float in kinds and isinstance(value, int):
+                setattr(self, f.name, float(value))
 
     def temperature(self, remaining: int) -> float:
         """Temperature when `remaining` of `max_steps` steps are left (N at the first step, 1 at the last).

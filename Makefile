@@ -1,0 +1,40 @@
+# Every target sets up (or refreshes) the virtual environment first, so a fresh clone needs nothing else.
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+export HF_HUB_OFFLINE ?= 1
+export WANDB_MODE ?= offline
+export TOKENIZERS_PARALLELISM := false
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: venv test sweep tiny-models pareto bench gpu-check clean
+
+venv: $(STAMP)
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+tiny-models: venv  ## tiny random checkpoints for smoke runs (outputs/tiny/)
+	test -f outputs/tiny/diffusion/config.json || $(PY) -m models.tiny diffusion outputs/tiny/diffusion
+	test -f outputs/tiny/ar/config.json || $(PY) -m models.tiny ar outputs/tiny/ar
+
+test: venv  ## the whole test suite (CI runs this)
+	$(PY) -m pytest -q
+
+sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + baselines, Pareto plot
+	$(PY) -m harness.run -m experiment=sudoku_sweep
+	$(PY) -m harness.run -m experiment=sudoku_baselines sweep_name=sudoku_sweep
+
+pareto: venv  ## redraw Pareto plots + summary table from every run under outputs/
+	$(PY) -m harness.pareto outputs/sweeps outputs/runs --out outputs/plots
+
+bench: venv  ## CPU benchmarks (side-by-side ratios), JSON under outputs/bench/
+	$(PY) -m bench.run_all
+
+gpu-check: venv  ## one prepared GPU script (see docs/gpu_check.md)
+	$(PY) -m bench.gpu_check
+
+clean:
+	rm -rf outputs/runs outputs/sweeps outputs/plots
