@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -64,6 +65,12 @@ def check_model_path(model: DictConfig) -> None:
         if not (p / "config.json").exists():
             raise ValueError(f"model.path: {p} exists but holds no config.json (not a transformers checkpoint)")
         return
+    hint = " (build tiny models with `make tiny-models`)" if "tiny" in str(path) else ""
     if str(path).startswith((".", "/", "~")) or not HUB_ID.match(str(path)):
-        hint = " (build tiny models with `make tiny-models`)" if "tiny" in str(path) else ""
         raise ValueError(f"model.path: {path} does not exist locally and is not a hub id{hint}")
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(str(path), "config.json", revision=model.get("revision")), str):
+            raise ValueError(f"model.path: {path} is neither a local folder nor a cached hub model, and "
+                             f"HF_HUB_OFFLINE=1 forbids downloading it{hint}")

@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from harness.configs import check_model_path, register_configs
-from harness.decode import BlockDiffusionDecoder
 from harness.store import ResultStore
 
 log = logging.getLogger(__name__)
@@ -27,6 +25,8 @@ register_configs()
 
 def build_decoder(model, sampler):
     """Diffusion adapters get the block-diffusion loop; AR adapters decode by themselves."""
+    from harness.decode import BlockDiffusionDecoder
+
     return BlockDiffusionDecoder(model, sampler) if getattr(model, "kind", None) == "diffusion" else model
 
 
@@ -39,6 +39,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     if not cfg.resume:
         store.reset()
     (store.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+
+    import torch  # heavy imports only after every check above passed
 
     torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
     decoder = build_decoder(instantiate(cfg.model), sampler)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported lazily so a bad config fails before the heavy imports
+    import torch
 
-from samplers.draw import StepDraw
+    from samplers.draw import StepDraw
 
 TEMPERATURE_SCHEDULES = ("linear", "cosine", "constant")
 RANDOM_STREAMS = ("per_sample", "reference")
@@ -101,6 +103,8 @@ class SamplerConfig:
         """Drop the `remask_ratio` least confident accepted positions per row (they get re-noised)."""
         if self.remask_ratio <= 0:
             return accepted
+        import torch
+
         n_drop = torch.floor(accepted.sum(-1).float() * self.remask_ratio).long()  # (B,)
         conf = confidence.masked_fill(~accepted, float("inf"))
         order = conf.argsort(dim=-1, stable=True)  # least confident accepted first
@@ -125,6 +129,8 @@ class EntropyBoundConfig(SamplerConfig):
         _require(self.entropy_bound > 0, "entropy_bound", f"must be > 0, got {self.entropy_bound}")
 
     def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
+        import torch
+
         sorted_h, idx = torch.sort(draw.entropy, dim=-1)
         keep_sorted = torch.cumsum(sorted_h, dim=-1) - sorted_h <= self.entropy_bound
         return torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
@@ -147,6 +153,8 @@ class ConfidenceTopKConfig(SamplerConfig):
                  "tokens_per_step", f"must be null or an integer > 0, got {self.tokens_per_step!r}")
 
     def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
+        import torch
+
         c = draw.confidence.shape[-1]
         k = self.tokens_per_step or math.ceil(c / self.max_steps)
         n_keep = min(c, k * (step + 1))
