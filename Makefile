@@ -19,6 +19,7 @@ $(STAMP): requirements.txt pyproject.toml
 tiny-models: venv  ## tiny random checkpoints for smoke runs (outputs/tiny/)
 	test -f outputs/tiny/diffusion/config.json || $(PY) -m models.tiny diffusion outputs/tiny/diffusion
 	test -f outputs/tiny/ar/config.json || $(PY) -m models.tiny ar outputs/tiny/ar
+	test -f outputs/tiny/ar_draft/config.json || $(PY) -m models.tiny ar outputs/tiny/ar_draft --seed 1
 
 test: venv  ## the whole test suite (CI runs this)
 	$(PY) -m pytest -q

@@ -1,0 +1,91 @@
+"""LiveCodeBench code generation as a harness eval: official prompt, last fenced block, sandboxed grading.
+
+`correct` is 1.0 when the extracted program passes every public and private test; the summary gives
+pass@1 overall and per difficulty, and names the sandbox isolation used (anything but bwrap is flagged).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from evals.base import Eval, EvalItem
+from evals.livecodebench.data import HUB_REPO, Problem, load_problems
+from evals.livecodebench.grader import Grader, GradingConfig
+from evals.livecodebench.prompts import build_prompt, extract_code
+
+
+class LiveCodeBenchEval(Eval):
+    name = "livecodebench"
+
+    def __init__(
+        self,
+        data_dir: str | None = None,  # folder with test*.jsonl (or one .jsonl); None = hub snapshot
+        release: str = "release_v6",
+        start_date: str | None = None,
+        end_date: str | None = None,
+        limit: int | None = None,
+        max_new_tokens: int = 4096,
+        stop_strings: list[str] | None = None,
+        chat: bool = True,
+        timeout_s: float = 6.0,
+        memory_mb: int = 2048,
+        isolation: str = "auto",
+        float_tolerance: float = 0.0,
+        hub_repo: str = HUB_REPO,
+        name: str = "livecodebench",
+    ):
+        super().__init__(max_new_tokens=max_new_tokens, stop_strings=stop_strings, limit=limit)
+        self.name = name
+        self.data_dir, self.release, self.hub_repo = data_dir, release, hub_repo
+        self.start_date, self.end_date, self.chat = start_date, end_date, chat
+        self.grader = Grader(GradingConfig(timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation,
+                                           float_tolerance=float_tolerance))
+        self._problems: dict[str, Problem] | None = None
+
+    def problems(self) -> dict[str, Problem]:
+        if self._problems is None:
+            loaded = load_problems(self.data_dir, self.release, self.start_date, self.end_date, self.hub_repo)
+            loaded = loaded[: self.limit] if self.limit is not None else loaded
+            self._problems = {p.question_id: p for p in loaded}
+        return self._problems
+
+    def items(self) -> list[EvalItem]:
+        return [
+            EvalItem(
+                sample_id=p.question_id,
+                prompt=build_prompt(p, chat=self.chat),
+                target=p.question_id,
+                meta={"difficulty": p.difficulty, "platform": p.platform, "contest_date": p.contest_date.isoformat(),
+                      "release": self.release, "mode": p.mode},
+            )
+            for p in self.problems().values()
+        ]
+
+    def score(self, item: EvalItem, text: str) -> dict[str, Any]:
+        problem = self.problems()[item.target]
+        code = extract_code(text)
+        res = self.grader.grade(problem, code)
+        return {
+            "correct": 1.0 if res.passed else 0.0,
+            "status": res.status,
+            "tests_passed": res.num_passed,
+            "num_tests": res.num_tests,
+            "sandbox": res.sandbox,
+            "grade_wall_s": res.wall_s,
+            "code": code,
+        }
+
+    def summarize(self, scored: list[dict[str, Any]]) -> dict[str, Any]:
+        n = len(scored)
+        out: dict[str, Any] = {"quality": sum(r["correct"] for r in scored) / n if n else 0.0}
+        out["pass@1"] = out["quality"]
+        for diff in sorted({r.get("meta", {}).get("difficulty", "") for r in scored} - {""}):
+            rows = [r for r in scored if r.get("meta", {}).get("difficulty") == diff]
+            out[f"pass@1_{diff}"] = sum(r["correct"] for r in rows) / len(rows)
+        out["status_counts"] = dict(Counter(r.get("status", "") for r in scored))
+        levels = sorted({r.get("sandbox", "") for r in scored} - {"", "none"})
+        out["sandbox"] = ",".join(levels) or "none"
+        if any(level != "bwrap" for level in levels):
+            out["sandbox_warning"] = "programs ran with weaker isolation than bubblewrap (apt-get install -y bubblewrap)"
+        return out

@@ -1,0 +1,219 @@
+"""LiveCodeBench: data decoding and release selection, prompts, comparison, sandboxed grading, pass@k,
+the eval (Hydra-instantiated) and the grading CLI, all on fixture files written for this project."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from evals.livecodebench.compare import functional_matches, stdout_matches
+from evals.livecodebench.data import decode_tests, load_problems, read_jsonl, release_files
+from evals.livecodebench.grader import Grader, GradingConfig
+from evals.livecodebench.passk import mean_pass_at_k, pass_at_k
+from evals.livecodebench.prompts import SYSTEM_MESSAGE, build_prompt, extract_code
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "livecodebench"
+sys.path.insert(0, str(FIX))
+import make_fixtures as mf  # noqa: E402  (the fixture programs)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return {p.question_id: p for p in load_problems(FIX, "release_v2")}
+
+
+@pytest.fixture(scope="module")
+def grader():
+    return Grader(GradingConfig(timeout_s=1.0))
+
+
+# -- data --------------------------------------------------------------------------------------------
+
+def test_release_selection_matches_the_official_loader():
+    assert release_files("release_v1") == ["test.jsonl"]
+    assert release_files("release_v3") == ["test.jsonl", "test2.jsonl", "test3.jsonl"]
+    assert release_files("v6") == ["test6.jsonl"]
+    assert release_files("v1") == ["test.jsonl"]
+    assert release_files("v4_v6") == ["test4.jsonl", "test5.jsonl", "test6.jsonl"]
+    assert len(release_files("release_latest")) == 6
+    for bad in ("release_v7", "v0", "v5_v3", "latest"):
+        with pytest.raises(ValueError, match="unknown LiveCodeBench release"):
+            release_files(bad)
+
+
+def test_compressed_private_tests_decode():
+    raw = json.loads((FIX / "test.jsonl").read_text().splitlines()[0])["private_test_cases"]
+    assert not raw.lstrip().startswith("[")  # really the compressed form
+    text = pickle.loads(zlib.decompress(base64.b64decode(raw)))
+    cases = decode_tests(raw)
+    assert [c.__dict__ for c in cases] == json.loads(text)
+    assert cases[1].input == "4\n-4 10 7 7\n" and cases[1].output == "20\n10\n" and cases[1].testtype == "stdin"
+
+
+def test_plain_json_tests_and_refused_pickles():
+    plain = json.dumps([{"input": "1\n", "output": "0.5\n", "testtype": "stdin"}])
+    assert decode_tests(plain)[0].output == "0.5\n"
+    evil = base64.b64encode(zlib.compress(pickle.dumps(Path("/")))).decode()
+    with pytest.raises(ValueError):
+        decode_tests(evil)  # a pickle that needs a class lookup is refused, never executed
+    with pytest.raises(ValueError, match="neither JSON"):
+        decode_tests("not json at all")
+
+
+def test_release_and_date_window(problems):
+    assert sorted(p.question_id for p in load_problems(FIX, "release_v1")) == ["fx_pairs", "fx_sum_max"]
+    assert sorted(problems) == ["fx_halves", "fx_pairs", "fx_sum_max"]
+    assert [p.question_id for p in load_problems(FIX, "v2")] == ["fx_halves"]
+    window = load_problems(FIX, "release_v2", start_date="2023-07-01", end_date="2024-05-20")
+    assert sorted(p.question_id for p in window) == ["fx_halves", "fx_pairs"]
+    with pytest.raises(FileNotFoundError, match="test3.jsonl"):
+        load_problems(FIX, "release_v3")
+    with pytest.raises(ValueError, match="after end_date"):
+        load_problems(FIX, "release_v2", start_date="2025-01-01", end_date="2024-01-01")
+    pairs = problems["fx_pairs"]
+    assert pairs.mode == "functional" and pairs.func_name == "countPairs" and len(pairs.tests) == 4
+
+
+# -- prompts and comparison ----------------------------------------------------------------------------
+
+def test_prompt_format_with_and_without_starter_code(problems):
+    msgs = build_prompt(problems["fx_pairs"])
+    assert msgs[0] == {"role": "system", "content": SYSTEM_MESSAGE}
+    user = msgs[1]["content"]
+    assert user.startswith("### Question:\n") and "### Format: You will use the following starter code" in user
+    assert "```python\nclass Solution:\n    def countPairs" in user
+    assert user.endswith("### Answer: (use the provided format with backticks)\n\n")
+    raw = build_prompt(problems["fx_sum_max"], chat=False)
+    assert raw.startswith(SYSTEM_MESSAGE) and "Read the inputs from stdin" in raw and "# YOUR CODE HERE" in raw
+
+
+def test_extract_code_takes_the_last_fenced_block():
+    reply = "Plan:\n```python\nprint(1)\n```\nBetter:\n```python\nprint(2)\nprint(3)\n```\nDone."
+    assert extract_code(reply) == "print(2)\nprint(3)"
+    assert extract_code("no code here") == ""
+    assert extract_code("```python\nprint(1)") == ""  # unclosed block: nothing to grade
+
+
+def test_stdout_comparison_rules():
+    assert stdout_matches("  7 \n4\n\n", "7\n4")
+    assert not stdout_matches("7\n4\n5", "7\n4")
+    assert stdout_matches("1.50 2\n", "1.5 2.0\n")  # numeric fallback
+    assert not stdout_matches("1.5000001\n", "1.5\n")  # exact Decimal, as officially
+    assert stdout_matches("1.5000001\n", "1.5\n", float_tolerance=1e-6)
+    assert not stdout_matches(str(10**17) + "\n", str(10**17 + 1) + "\n")
+    assert stdout_matches("sNaN\n", "1\n") is False  # signalling NaN must not raise
+    assert not stdout_matches("yes\n", "YES\n")
+    assert functional_matches("[1, 2]", "[1,2]") and functional_matches("2.0", "2")
+    assert not functional_matches("[1, 2]", "[2, 1]") and not functional_matches("not json", "1")
+    assert not functional_matches("[" * 100000, "1")
+
+
+# -- grading -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("qid, code, status", [
+    ("fx_sum_max", mf.SUM_OK, "passed"),
+    ("fx_sum_max", mf.SUM_WRONG, "wrong_answer"),
+    ("fx_sum_max", "while True:\n    pass\n", "timeout"),
+    ("fx_sum_max", "import time\ntime.sleep(3)\n", "timeout"),
+    ("fx_sum_max", "raise ValueError('boom')\n", "runtime_error"),
+    ("fx_sum_max", "def broken(:\n", "compile_error"),
+    ("fx_sum_max", "", "no_code"),
+    ("fx_halves", mf.HALVES_OK, "passed"),
+    ("fx_halves", mf.HALVES_CRASH, "runtime_error"),
+    ("fx_pairs", mf.PAIRS_OK, "passed"),
+    ("fx_pairs", "class Solution:\n    def countPairs(self, nums, target):\n        return -1\n", "wrong_answer"),
+    ("fx_pairs", mf.PAIRS_SLOW, "timeout"),
+    ("fx_pairs", "class Solution:\n    def countPairs(self, nums, target):\n        return nums[99]\n", "runtime_error"),
+    ("fx_pairs", "class Solution:\n    def wrongName(self, nums, target):\n        return 2\n", "runtime_error"),
+    ("fx_pairs", "import sys\nsys.exit(0)\n", "runtime_error"),
+])
+def test_grading_outcomes(problems, grader, qid, code, status):
+    res = grader.grade(problems[qid], code)
+    assert res.status == status, res
+    assert res.passed == (status == "passed")
+    assert res.num_passed == (res.num_tests if res.passed else 0)
+    if status not in ("passed", "no_code"):
+        assert res.tests[0].status == status and all(t.status == "not_run" for t in res.tests[1:])
+    if status == "timeout":
+        assert 0.9 < res.tests[0].time_s < 3.0
+
+
+def test_functional_tuples_count_as_lists(grader):
+    from datetime import datetime
+
+    from evals.livecodebench.data import Problem, TestCase
+
+    p = Problem("fx_tuple", "t", "c", "leetcode", "c", datetime(2024, 1, 1), "", "easy",
+                [TestCase("3", "[3, 4]", "functional")], [], {"func_name": "pair"})
+    assert grader.grade(p, "class Solution:\n    def pair(self, n):\n        return (n, n + 1)\n").passed
+
+
+def test_all_tests_run_without_early_stop(problems):
+    res = Grader(GradingConfig(timeout_s=1.0, stop_at_first_failure=False)).grade(
+        problems["fx_sum_max"], "n = int(input())\nprint(5)\nprint(5)\n")
+    assert [t.status for t in res.tests] == ["wrong_answer", "passed", "wrong_answer", "wrong_answer"]
+    assert res.num_passed == 1 and res.status == "wrong_answer"
+
+
+# -- pass@k --------------------------------------------------------------------------------------------
+
+def test_pass_at_k_estimator():
+    assert pass_at_k(2, 1, 1) == 0.5
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)
+    assert pass_at_k(10, 0, 5) == 0.0 and pass_at_k(4, 3, 2) == 1.0
+    assert mean_pass_at_k({"a": [True, False], "b": [False, False]}, ks=(1, 2, 5)) == {"pass@1": 0.25, "pass@2": 0.5}
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+
+
+# -- eval and CLI --------------------------------------------------------------------------------------
+
+def test_eval_from_hydra_config_scores_end_to_end():
+    with initialize_config_dir(config_dir=str(ROOT / "conf" / "eval"), version_base=None):
+        cfg = compose(config_name="livecodebench", overrides=[f"data_dir={FIX}", "release=release_v2", "timeout_s=1.0"])
+    ev = instantiate(cfg)
+    items = ev.items()
+    assert [it.sample_id for it in items] == ["fx_sum_max", "fx_pairs", "fx_halves"]
+    by_id = {it.sample_id: it for it in items}
+    good = ev.score(by_id["fx_pairs"], f"Sure.\n```python\n{mf.PAIRS_OK}```\n")
+    assert good["correct"] == 1.0 and good["status"] == "passed" and good["tests_passed"] == 4
+    assert good["sandbox"] in ("bwrap", "unshare", "process")
+    bad = ev.score(by_id["fx_sum_max"], "I think the answer is 6.")
+    assert bad["correct"] == 0.0 and bad["status"] == "no_code"
+    rows = [{**good, "meta": by_id["fx_pairs"].meta}, {**bad, "meta": by_id["fx_sum_max"].meta}]
+    summary = ev.summarize(rows)
+    assert summary["quality"] == 0.5 and summary["pass@1_medium"] == 1.0 and summary["pass@1_easy"] == 0.0
+
+
+def test_grade_cli_on_fixture(tmp_path):
+    out = tmp_path / "graded.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "evals.livecodebench.grade", "--problems", str(FIX), "--candidates",
+         str(FIX / "candidates.jsonl"), "--out", str(out), "--timeout", "1", "--k", "1,2", "--jobs", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=100,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["problems"] == 3 and summary["candidates"] == 6
+    assert summary["pass@1"] == 0.5 and summary["pass@2"] == 1.0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["passed", "wrong_answer", "passed", "timeout", "passed", "runtime_error"]
+
+
+def test_fixture_files_match_their_generator():
+    """The committed fixtures are what make_fixtures.py writes (keeps the compressed data reviewable)."""
+    assert [json.loads(line)["question_id"] for line in (FIX / "test.jsonl").read_text().splitlines()] == \
+        [r["question_id"] for r in mf.ROWS_V1]
+    assert len(read_jsonl(FIX / "test2.jsonl")) == len(mf.ROWS_V2)
