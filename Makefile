@@ -24,9 +24,9 @@ tiny-models: venv  ## tiny random checkpoints for smoke runs (outputs/tiny/)
 test: venv  ## the whole test suite (CI runs this)
 	$(PY) -m pytest -q
 
-sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + baselines, Pareto plot
-	$(PY) -m harness.run -m experiment=sudoku_sweep
-	$(PY) -m harness.run -m experiment=sudoku_baselines sweep_name=sudoku_sweep
+SWEEP_PARTS := sudoku_sweep sudoku_remask sudoku_confidence sudoku_topk sudoku_baselines
+sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + AR baselines, Pareto plot
+	for part in $(SWEEP_PARTS); do $(PY) -m harness.run experiment=$$part || exit 1; done
 
 pareto: venv  ## redraw Pareto plots + summary table from every run under outputs/
 	$(PY) -m harness.pareto outputs/sweeps outputs/runs --out outputs/plots

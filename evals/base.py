@@ -44,6 +44,11 @@ class Eval(ABC):
         n = len(scored)
         return {"quality": sum(r["correct"] for r in scored) / n if n else 0.0}
 
+    def scored_rows(self, store) -> list[dict[str, Any]]:
+        """The per-sample rows with their scores (what loggers record). Evals that score after decoding,
+        such as lm-eval's, keep them in a file of their own and override this."""
+        return list(store.load().values())
+
     def run(self, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
         """Decode every unfinished item, store each sample as it finishes, return the metrics."""
         from harness.evaluate import run_items

@@ -52,7 +52,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     metrics = ev.run(decoder, store, batch_size=cfg.batch_size, seed=cfg.seed)
     metrics["run"] = run_info
     store.write_metrics(metrics)
-    logger.finish(metrics, list(store.load().values()))
+    logger.finish(metrics, ev.scored_rows(store))
     log.info("%s: quality=%s tpf=%.3f nfe=%d tok/s=%.1f -> %s", cfg.run_name, metrics.get("quality"),
              metrics["tpf"], metrics["nfe"], metrics["tokens_per_second"], store.run_dir)
     return metrics

@@ -1,0 +1,117 @@
+"""lm-eval's `LM` over our `Decoder`: generative tasks decoded by our loop, every sample logged and resumable.
+
+lm-eval builds the prompts and scores the replies; we decode. Each request gets the same seed rule and the
+same per-sample record as our own evals (`sample_seed(run seed, "<task>/<doc_id>")`, GenerationResult rows
+appended to the run's ResultStore as they finish), so TPF/NFE per sample and resume work for lm-eval tasks
+too. Thought blocks are removed from the text handed back to lm-eval (its extractors would otherwise match
+choices quoted in the reasoning); the raw reply stays in the row.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from tqdm import tqdm
+
+from evals.lmeval.thoughts import opens_thought, split_thoughts
+from harness.records import GenerationRequest
+from models.base import sample_seed
+
+UNSUPPORTED = "not supported for block-diffusion decoders; use generative tasks (output_type: generate_until)"
+
+
+@register_model("dgharness")
+class DecoderLM(LM):
+    """Wraps a `models.base.Decoder` and a `harness.store.ResultStore` for `lm_eval.simple_evaluate`.
+
+    `chat`: each context becomes one user message rendered by the checkpoint's chat template (thinking on/off
+    from the model config), rather than lm-eval rendering the template itself; few-shot examples then sit
+    inside that one user turn. `max_gen_toks` applies when a task sets none.
+    """
+
+    def __init__(self, decoder, store, seed: int = 0, batch_size: int = 1, chat: bool = True,
+                 max_gen_toks: int = 256, extra_stop: list[str] | None = None, progress: bool = True):
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.decoder, self.store, self.seed, self.batch_size = decoder, store, seed, batch_size
+        self.chat, self.max_gen_toks, self.extra_stop, self.progress = chat, max_gen_toks, list(extra_stop or []), progress
+        self.rows: dict[str, dict[str, Any]] = {}  # sample_id -> row, for everything this LM answered
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError(f"loglikelihood is {UNSUPPORTED}")
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError(f"loglikelihood_rolling is {UNSUPPORTED}")
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        done = self.store.load()
+        todo, ids = [], []
+        seen: dict[tuple[str, int], int] = {}
+        for inst in requests:
+            key = (inst.task_name, inst.doc_id)
+            k = seen[key] = seen.get(key, -1) + 1  # repeats of one doc get their own id and seed
+            sid = f"{inst.task_name}/{inst.doc_id}" + (f"/{k}" if k else "")
+            ids.append(sid)
+            if sid not in done:
+                todo.append((sid, inst))
+        todo.sort(key=lambda t: -len(t[1].args[0]))  # similar lengths together: less padding per batch
+        bar = tqdm(total=len(requests), initial=len(requests) - len(todo), desc=f"lm-eval [{self.decoder.label}]",
+                   unit="sample", disable=disable_tqdm or not self.progress)
+        for start in range(0, len(todo), self.batch_size):
+            batch = todo[start : start + self.batch_size]
+            reqs, starts_open = [], []
+            for sid, inst in batch:
+                req, opened = self._request(sid, inst)
+                reqs.append(req)
+                starts_open.append(opened)
+            t0 = time.perf_counter()
+            results = self.decoder.generate(reqs)
+            share = (time.perf_counter() - t0) / len(batch)
+            for (sid, inst), req, opened, res in zip(batch, reqs, starts_open, results, strict=True):
+                res.wall_time_s = share  # amortised, as in harness.evaluate
+                row = {**res.to_dict(), **self._reply(res, req.stop_strings, opened),
+                       "task": inst.task_name, "doc_id": inst.doc_id, "context": inst.args[0]}
+                self.store.append(row)
+                done[sid] = row
+                self.cache_hook.add_partial("generate_until", inst.args, row["reply"])
+            bar.update(len(batch))
+        bar.close()
+        for sid in ids:
+            self.rows[sid] = done[sid]
+        return [done[sid]["reply"] for sid in ids]
+
+    def _request(self, sid: str, inst) -> tuple[GenerationRequest, bool]:
+        context, gen_kwargs = inst.args
+        gen_kwargs = dict(gen_kwargs or {})
+        until = gen_kwargs.get("until") or []
+        until = [until] if isinstance(until, str) else list(until)
+        max_toks = int(gen_kwargs.get("max_gen_toks") or self.max_gen_toks)
+        prompt = [{"role": "user", "content": context}] if self.chat else context
+        ids = self.decoder.encode(prompt)
+        tail = self.decoder.tokenizer.decode(ids[-32:], skip_special_tokens=False)
+        req = GenerationRequest(sample_id=sid, prompt_ids=ids, seed=sample_seed(self.seed, sid),
+                                max_new_tokens=max_toks, stop_strings=until + self.extra_stop)
+        return req, opens_thought(tail)
+
+    def _reply(self, res, stop_strings: list[str], starts_in_thought: bool) -> dict[str, Any]:
+        """The text lm-eval scores: thoughts removed, special tokens dropped, cut at the first stop string.
+
+        Decoded with special tokens kept, because thought tags may be special tokens that `res.text` lost.
+        """
+        tok = self.decoder.tokenizer
+        raw = tok.decode(res.token_ids, skip_special_tokens=False)
+        split = split_thoughts(raw, starts_in_thought)
+        reply = split.answer
+        for special in sorted(set(tok.all_special_tokens), key=len, reverse=True):
+            reply = reply.replace(special, "")
+        cuts = [reply.find(s) for s in stop_strings if s and s in reply]
+        reply = reply[: min(cuts)] if cuts else reply
+        return {"raw_text": raw, "reply": reply.strip(), "has_thought": split.has_thought,
+                "unclosed_thought": split.unclosed, "thought_chars": len(split.thought)}
+
+    def get_model_info(self) -> dict[str, Any]:
+        return {"dgharness": self.decoder.describe()}

@@ -1,0 +1,227 @@
+"""Collect run directories into one table: one row per run, ready for plots, papers and W&B.
+
+A run dir is any folder holding `metrics.json` (written last, atomically, so its presence means the run
+finished); folders with `samples.jsonl` but no `metrics.json` are reported as incomplete, never mixed in.
+Each row carries the run identity (label, model, eval, seed, sampler knobs as `sampler.<knob>` columns),
+every scalar metric (nested dicts flattened as `key.sub`), steps-per-canvas statistics read back from
+`samples.jsonl`, and a `consistent` flag: the stored samples re-counted with `decode_metrics` agree with
+`metrics.json` (same sample count, tokens and forwards), so a stale or mixed-up run cannot pass unseen.
+
+CLI: `python -m harness.aggregate PATH... --out outputs/summary [--tpf-range LO HI]`
+writes `summary.csv`, `summary.parquet` (runs, with Pareto-front columns) and `fronts.csv`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.records import decode_metrics
+from harness.store import METRICS, SAMPLES
+
+ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
+SAMPLER_PREFIX = "sampler."
+NUMERIC_COLUMNS = ["quality", "tpf", "tokens_per_second", "nfe", "num_tokens", "num_samples", "wall_time_s",
+                   "mean_steps_per_canvas", "step_cap_hit_rate"]
+
+
+@dataclass
+class RunDirs:
+    complete: list[Path]  # hold metrics.json
+    incomplete: list[Path]  # samples.jsonl without metrics.json: crashed or still running
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> RunDirs:
+    """Run dirs under each path (a run dir itself, a sweep folder, or any tree), deduplicated, sorted."""
+    complete: set[Path] = set()
+    incomplete: set[Path] = set()
+    paths = [Path(p) for p in paths]
+    if paths and not any(p.exists() for p in paths):
+        raise FileNotFoundError(f"none of these paths exist: {', '.join(map(str, paths))}")
+    for p in paths:
+        if not p.exists():
+            print(f"[aggregate] no such path, skipped: {p}")
+            continue
+        for m in [p / METRICS] if (p / METRICS).is_file() else p.rglob(METRICS):
+            complete.add(m.parent.resolve())
+        for s in [p / SAMPLES] if (p / SAMPLES).is_file() else p.rglob(SAMPLES):
+            incomplete.add(s.parent.resolve())
+    return RunDirs(sorted(complete), sorted(incomplete - complete))
+
+
+def read_samples(run_dir: str | Path) -> list[dict[str, Any]]:
+    """samples.jsonl rows, read-only: first row per sample id wins, a torn last line is skipped."""
+    path = Path(run_dir) / SAMPLES
+    rows: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows.setdefault(row["sample_id"], row)
+    return list(rows.values())
+
+
+def read_metrics(run_dir: str | Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / METRICS).read_text(encoding="utf-8"))
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> `a.b` keys; lists are kept only when short scalars-only (else dropped from the table)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        elif isinstance(v, list | tuple):
+            if len(v) <= 8 and all(isinstance(x, int | float | str | bool) for x in v):
+                out[key] = json.dumps(list(v))
+        else:
+            out[key] = v
+    return out
+
+
+def steps_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Distribution of denoising steps per canvas over all samples (empty for AR runs)."""
+    steps = sorted(s for r in rows for s in r.get("steps_per_canvas") or [])
+    if not steps:
+        return {"num_canvases": 0, "step_cap_hits": 0}
+    q = pd.Series(steps, dtype=float)
+    return {
+        "num_canvases": len(steps),
+        "steps_min": int(steps[0]),
+        "steps_p50": float(q.quantile(0.5)),
+        "steps_p90": float(q.quantile(0.9)),
+        "steps_max": int(steps[-1]),
+        "step_cap_hits": int(sum(r.get("step_cap_hits", 0) for r in rows)),
+    }
+
+
+def _consistent(metrics: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+    recount = decode_metrics(rows)
+    return all(
+        metrics.get(k) is not None and math.isclose(float(metrics[k]), float(recount[k]), rel_tol=1e-9, abs_tol=1e-9)
+        for k in ("num_samples", "num_tokens", "nfe")
+    )
+
+
+def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """One table row for one finished run dir."""
+    run_dir = Path(run_dir)
+    metrics = read_metrics(run_dir)
+    run = metrics.get("run") or {}
+    sampler = run.get("sampler") or {}
+    rows = read_samples(run_dir)
+    row: dict[str, Any] = {
+        "run_name": run.get("run_name", run_dir.name),
+        "label": run.get("label"),
+        "model": run.get("model"),
+        "eval": run.get("eval"),
+        "sampler": sampler.get("name") or run.get("label"),
+        "seed": run.get("seed"),
+    }
+    row.update({f"{SAMPLER_PREFIX}{k}": v for k, v in flatten(sampler).items() if k != "name"})
+    row.update(flatten({k: v for k, v in metrics.items() if k != "run"}))
+    row.update({f"decoder.{k}": v for k, v in flatten(run.get("decoder") or {}).items() if "." not in k})
+    row.update(steps_stats(rows))
+    row["samples_rows"] = len(rows)
+    row["consistent"] = _consistent(metrics, rows)
+    row["run_dir"] = str(run_dir)
+    return row
+
+
+def collect(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """The run table for every finished run under `paths` (sorted by eval, model, label, run name)."""
+    dirs = find_run_dirs(paths)
+    for d in dirs.incomplete:
+        print(f"[aggregate] skipping incomplete run (no {METRICS}): {d}")
+    df = pd.DataFrame([load_run(d) for d in dirs.complete])
+    if df.empty:
+        return pd.DataFrame(columns=ID_COLUMNS + ["quality", "tpf", "tokens_per_second", "run_dir"])
+    for c in NUMERIC_COLUMNS:  # an eval without a score stores quality null: NaN, so it sorts/plots as missing
+        if c in df:
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    first = [c for c in ID_COLUMNS if c in df] + sorted(c for c in df if c.startswith(SAMPLER_PREFIX))
+    df = df[first + [c for c in df if c not in first]]
+    return df.sort_values(["eval", "model", "label", "run_name"], na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Object columns mixing value types (e.g. a knob that is a number in one sampler, text in another)
+    become text, the one representation parquet accepts for them; the CSV keeps the raw values."""
+    out = df.copy()
+    for c in out.columns[out.dtypes == object]:
+        kinds = {type(v) for v in out[c] if v is not None and not (isinstance(v, float) and math.isnan(v))}
+        if len(kinds) > 1:
+            out[c] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in out[c]]
+    return out
+
+
+def write_table(df: pd.DataFrame, out_dir: str | Path, stem: str = "summary") -> list[Path]:
+    """`<stem>.csv` and `<stem>.parquet` under `out_dir`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv, parquet = out_dir / f"{stem}.csv", out_dir / f"{stem}.parquet"
+    df.to_csv(csv, index=False)
+    _parquet_safe(df).to_parquet(parquet, index=False)
+    return [csv, parquet]
+
+
+def summarize(paths: Iterable[str | Path], out_dir: str | Path,
+              tpf_range: tuple[float, float] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+    """Collect, mark Pareto fronts and area under them, write summary.{csv,parquet} and fronts.csv."""
+    from harness.pareto import annotate_fronts  # pareto builds on this module; import late to avoid a cycle
+
+    table, fronts = annotate_fronts(collect(paths), tpf_range=tpf_range)
+    files = write_table(table, out_dir, "summary")
+    fronts_csv = Path(out_dir) / "fronts.csv"
+    fronts.to_csv(fronts_csv, index=False)
+    return table, fronts, files + [fronts_csv]
+
+
+BRIEF_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "quality", "tpf", "tokens_per_second", "nfe",
+                 "mean_steps_per_canvas", "step_cap_hit_rate", "on_front", "consistent"]
+
+
+def format_table(df: pd.DataFrame, columns: list[str] | None = None) -> str:
+    """A readable text table: identity, the varying sampler knobs, and the headline numbers."""
+    if df.empty:
+        return "(no finished runs)"
+    knobs = [c for c in df if c.startswith(SAMPLER_PREFIX) and df[c].astype(str).nunique() > 1]
+    cols = [c for c in (columns or BRIEF_COLUMNS[:5] + knobs + BRIEF_COLUMNS[5:]) if c in df]
+    return df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
+    print(format_table(table))
+    if not fronts.empty:
+        print("\nArea under the quality-vs-TPF front (AUP, quality units; front = tpf:quality points):")
+        print(fronts.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m harness.aggregate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="+", help="run dirs, sweep dirs, or any folder to search for metrics.json")
+    ap.add_argument("--out", default="outputs/summary", help="folder for summary.csv / summary.parquet / fronts.csv")
+    ap.add_argument("--tpf-range", nargs=2, type=float, metavar=("LO", "HI"),
+                    help="TPF range for the area under the front (default: 1 to the eval's largest TPF)")
+    args = ap.parse_args(argv)
+    table, fronts, files = summarize(args.paths, args.out, tuple(args.tpf_range) if args.tpf_range else None)
+    print_summary(table, fronts)
+    print("\nwrote " + ", ".join(map(str, files)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Hydra callbacks. `SweepSummary` runs once in the launching process after every job of a multirun has
+returned (any launcher): it aggregates the sweep dir, writes the table and the Pareto figures under
+`<sweep dir>/<subdir>`, prints the table, and hands both to the configured logger (W&B: one summary run
+in the sweep's group). Hydra skips `on_multirun_end` when a job fails; run `python -m harness.pareto
+<sweep dir>` by hand then (finished runs are still aggregated, unfinished ones are listed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from harness.aggregate import find_run_dirs, print_summary
+from harness.loggers import NoLogger, RunLogger
+from harness.pareto import make_report
+
+
+class SweepSummary(Callback):
+    """`group`: the W&B group the jobs logged under (`${sweep_name}` in the app); default: the sweep folder name."""
+
+    def __init__(self, group: str | None = None, subdir: str = "summary", tpf_range: list[float] | None = None,
+                 max_trajectories: int = 1):
+        self.group = group
+        self.subdir = subdir
+        self.tpf_range = (float(tpf_range[0]), float(tpf_range[1])) if tpf_range else None
+        self.max_trajectories = max_trajectories
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        out_dir = sweep_dir / self.subdir
+        if not find_run_dirs([sweep_dir]).complete:
+            print(f"[sweep summary] no finished runs under {sweep_dir}; nothing to aggregate")
+            return
+        report = make_report([sweep_dir], out_dir, self.tpf_range, self.max_trajectories)
+        print(f"\n[sweep summary] {sweep_dir}")
+        print_summary(report.table, report.fronts)
+        print(f"[sweep summary] wrote {len(report.files)} files under {out_dir}")
+        logger: RunLogger = instantiate(config.logger) if config.get("logger") else NoLogger()
+        logger.log_sweep(self.group or sweep_dir.name, {"runs": report.table, "fronts": report.fronts},
+                         report.pareto_pngs, str(out_dir))

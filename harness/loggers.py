@@ -1,0 +1,221 @@
+"""Run loggers: the app calls `start` when a Hydra job begins and `finish` when it ends; the sweep-end
+callback calls `log_sweep`. `NoLogger` does nothing; `WandbLogger` makes one W&B run per job, grouped by
+sweep, plus one summary run per sweep in the same group.
+
+W&B facts this relies on (wandb 0.31): without a key it must run offline (files under
+`<dir>/wandb/offline-run-*`, `wandb sync` uploads them later); in one process the next `wandb.init`
+returns the previous unfinished run unless `reinit="finish_previous"`, so every job finishes its run and
+every init asks for a fresh one. Offline runs write no `wandb-summary.json`: `read_offline_run` replays
+the `.wandb` record log (LevelDB-style blocks of wandb's own `Record` protobufs) to read them back.
+"""
+
+from __future__ import annotations
+
+import json
+import netrc
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    import pandas as pd  # only the sweep summary and read-back touch pandas; jobs need not import it
+
+SAMPLE_COLUMNS = ["sample_id", "text", "correct", "tpf", "nfe", "num_tokens", "finished_by"]
+
+
+class RunLogger(Protocol):
+    def start(self, run_name: str, group: str | None, config: dict[str, Any], run_dir: str) -> None:
+        """A job begins: `config` is the composed (resolved) Hydra config, `group` the sweep name."""
+
+    def finish(self, metrics: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        """The job's metrics.json content and samples.jsonl rows; closes the run."""
+
+    def log_sweep(self, group: str, tables: dict[str, pd.DataFrame], images: list[Path], out_dir: str) -> None:
+        """Sweep end: the aggregated tables and the Pareto figures, as one summary run in `group`."""
+
+
+class NoLogger:
+    """Logs nothing (the default)."""
+
+    def start(self, run_name: str, group: str | None, config: dict[str, Any], run_dir: str) -> None:
+        pass
+
+    def finish(self, metrics: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        pass
+
+    def log_sweep(self, group: str, tables: dict[str, pd.DataFrame], images: list[Path], out_dir: str) -> None:
+        pass
+
+
+def has_wandb_api_key() -> bool:
+    """A W&B key in the environment or in the netrc entry for the configured host (as `wandb login` writes)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        auth = netrc.netrc(path).authenticators(host)
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+    return bool(auth and auth[2])
+
+
+def resolve_mode(mode: str) -> str:
+    """"auto": WANDB_MODE if set, else online with a key, offline without; anything else passes through."""
+    if mode != "auto":
+        return mode
+    return os.environ.get("WANDB_MODE") or ("online" if has_wandb_api_key() else "offline")
+
+
+def _truncate(text: Any, n: int) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+class WandbLogger:
+    """One W&B run per Hydra job, grouped by sweep; metrics go to the run summary, samples to a table."""
+
+    def __init__(self, project: str = "diffusiongemma-harness", entity: str | None = None, mode: str = "auto",
+                 tags: list[str] | None = None, text_chars: int = 300):
+        self.project, self.entity, self.mode = project, entity, mode
+        self.tags = list(tags or [])
+        self.text_chars = text_chars
+        self.run = None
+
+    def _init(self, **kwargs: Any):
+        import wandb  # imported on use: NoLogger runs never pay for it
+
+        Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
+        return wandb.init(project=self.project, entity=self.entity, mode=resolve_mode(self.mode), tags=self.tags,
+                          reinit="finish_previous", **kwargs)
+
+    def start(self, run_name: str, group: str | None, config: dict[str, Any], run_dir: str) -> None:
+        self.run = self._init(name=run_name, group=group, job_type="eval", dir=run_dir,
+                              config={**config, "run_dir": str(run_dir)})
+
+    def finish(self, metrics: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        import wandb
+
+        if self.run is None:
+            raise RuntimeError("WandbLogger.finish() without start()")
+        self.run.summary.update({k: v for k, v in metrics.items() if k != "run"})
+        table = wandb.Table(columns=SAMPLE_COLUMNS, data=[
+            [r["sample_id"], _truncate(r.get("text"), self.text_chars), r.get("correct"), r.get("tpf"), r.get("nfe"),
+             r.get("num_tokens"), r.get("finished_by")] for r in rows])
+        self.run.log({"samples": table})
+        self.run.finish()
+        self.run = None
+
+    def log_sweep(self, group: str, tables: dict[str, pd.DataFrame], images: list[Path], out_dir: str) -> None:
+        import wandb
+
+        run = self._init(name=f"{group}-summary", group=group, job_type="sweep_summary", dir=out_dir)
+        payload: dict[str, Any] = {name: wandb.Table(dataframe=df.reset_index(drop=True), allow_mixed_types=True)
+                                   for name, df in tables.items()}
+        payload.update({f"pareto/{Path(p).stem}": wandb.Image(str(p)) for p in images})
+        run.log(payload)
+        run.finish()
+
+
+# ---- reading offline runs back ------------------------------------------------------------------------------
+
+@dataclass
+class OfflineRun:
+    """What an offline run recorded, replayed from its `.wandb` log and its `files/` folder."""
+
+    path: Path
+    run_id: str
+    name: str
+    group: str
+    job_type: str
+    project: str
+    tags: list[str]
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def table(self, key: str) -> pd.DataFrame:
+        """A logged wandb.Table as a DataFrame (read from the JSON file the summary points at)."""
+        import pandas as pd
+
+        ref = self.summary[key]
+        data = json.loads((self.path / "files" / ref["path"]).read_text(encoding="utf-8"))
+        return pd.DataFrame(data["data"], columns=data["columns"])
+
+    def media(self, key: str) -> Path:
+        return self.path / "files" / self.summary[key]["path"]
+
+
+def _records(path: Path):
+    """Payloads of a LevelDB-style log: 7-byte file header, 32 KiB blocks, records (crc32, len16, type8)."""
+    data = path.read_bytes()
+    if data[:4] != b":W&B":
+        raise ValueError(f"{path} is not a W&B record log")
+    block, pos, buf = 32768, 7, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # block trailer padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0 and length == 0:
+            pos += left
+            continue
+        payload, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind == 1:  # FULL
+            yield payload
+        elif kind == 2:  # FIRST
+            buf = payload
+        elif kind == 3:  # MIDDLE
+            buf += payload
+        elif kind == 4:  # LAST
+            yield buf + payload
+            buf = b""
+
+
+def _apply(target: dict[str, Any], item: Any) -> None:
+    keys = list(item.nested_key) or [item.key]
+    node = target
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = json.loads(item.value_json)
+
+
+def find_offline_runs(root: str | Path) -> list[Path]:
+    """Offline run folders under `root` (e.g. a run dir, whose `wandb/` holds them), oldest first."""
+    return sorted(Path(root).rglob("offline-run-*"), key=lambda p: p.name)
+
+
+def read_offline_run(path: str | Path) -> OfflineRun:
+    """Replay an `offline-run-*` folder: run identity, config, summary and history."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    path = Path(path)
+    (log,) = path.glob("run-*.wandb")
+    out = OfflineRun(path, "", "", "", "", "", [], {}, {})
+    for payload in _records(log):
+        rec = pb.Record()
+        rec.ParseFromString(payload)
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            r = rec.run
+            out.run_id, out.name, out.group, out.job_type, out.project = (
+                r.run_id, r.display_name, r.run_group, r.job_type, r.project)
+            out.tags = list(r.tags)
+            for item in r.config.update:
+                _apply(out.config, item)
+        elif kind == "config":
+            for item in rec.config.update:
+                _apply(out.config, item)
+        elif kind == "summary":
+            for item in rec.summary.update:
+                _apply(out.summary, item)
+        elif kind == "history":
+            row: dict[str, Any] = {}
+            for item in rec.history.item:
+                _apply(row, item)
+            out.history.append(row)
+    return out

@@ -1,0 +1,220 @@
+"""Launcher configs and the sweep-end callback, through real Hydra multiruns in real subprocesses.
+
+- a throwaway Hydra app (tmp_path) using the repo's launcher/logger YAML: two jobs through submitit_local,
+  each logging a W&B run offline (mode auto, no key), then `SweepSummary` aggregates, plots and logs a
+  summary run; everything is read back from disk;
+- the repo's SLURM launcher YAML turned into an sbatch script by submitit itself (no cluster here);
+- the real app (`python -m harness.run`) swept through submitit_local with the tiny model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from harness.aggregate import read_metrics, read_samples
+from harness.loggers import find_offline_runs, read_offline_run
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+APP = '''
+import os
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from harness.records import GenerationResult, decode_metrics
+from harness.store import ResultStore
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    run_dir = HydraConfig.get().runtime.output_dir
+    logger = instantiate(cfg.logger)
+    logger.start(run_name=cfg.run_name, group=str(cfg.sweep_name), config=OmegaConf.to_container(cfg, resolve=True),
+                 run_dir=run_dir)
+    store, rows, nfe = ResultStore(run_dir), [], max(1, int(1 / cfg.bound))
+    for i in range(3):
+        res = GenerationResult(sample_id=f"q{i}", token_ids=list(range(16)), text=f"answer {i}", nfe=nfe,
+                               steps_per_canvas=[nfe], wall_time_s=0.1)
+        row = {**res.to_dict(), "meta": {}, "correct": float(i < (3 if cfg.bound < 0.3 else 1))}
+        store.append(row)
+        rows.append(row)
+    metrics = {**decode_metrics(rows), "quality": sum(r["correct"] for r in rows) / 3, "pid": os.getpid(),
+               "run": {"run_name": cfg.run_name, "label": "diffusion", "model": "toy", "eval": "toy_eval",
+                       "sampler": {"name": "entropy_bound", "entropy_bound": cfg.bound, "max_steps": 16},
+                       "seed": 0}}
+    store.write_metrics(metrics)
+    logger.finish(metrics, rows)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+APP_CONFIG = '''
+defaults:
+  - logger: wandb
+  - _self_
+bound: 0.1
+sweep_name: toy_sweep
+run_name: b${bound}
+hydra:
+  sweep:
+    dir: sweeps/${sweep_name}
+    subdir: ${run_name}
+  callbacks:
+    sweep_summary:
+      _target_: harness.callbacks.SweepSummary
+      group: ${sweep_name}
+'''
+
+
+def offline_env(home: Path) -> dict[str, str]:
+    """No W&B key anywhere (env or netrc), so mode=auto must choose offline; the repo importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "NETRC"}
+    home.mkdir(parents=True, exist_ok=True)
+    return {**env, "HOME": str(home), "PYTHONPATH": str(REPO)}
+
+
+def make_app(tmp_path: Path) -> Path:
+    app = tmp_path / "app"
+    (app / "conf").mkdir(parents=True)
+    (app / "app.py").write_text(APP)
+    (app / "conf" / "config.yaml").write_text(APP_CONFIG)
+    shutil.copytree(CONF / "logger", app / "conf" / "logger")
+    shutil.copytree(CONF / "hydra" / "launcher", app / "conf" / "hydra" / "launcher")
+    return app
+
+
+def test_submitit_local_sweep_with_wandb_and_sweep_summary(tmp_path):
+    app = make_app(tmp_path)
+    out = subprocess.run([sys.executable, "app.py", "-m", "hydra/launcher=local", "bound=0.1,0.5"], cwd=app,
+                         env=offline_env(tmp_path / "home"), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    sweep = app / "sweeps" / "toy_sweep"
+    assert sorted(p.name for p in (sweep / ".submitit").iterdir() if p.name != "%j")  # submitit job folders
+
+    # one process per job, neither of them this one
+    pids = {read_metrics(sweep / r)["pid"] for r in ("b0.1", "b0.5")}
+    assert len(pids) == 2 and os.getpid() not in pids
+
+    # one offline W&B run per job: identity, config, summary metrics and the samples table
+    for name, quality in (("b0.1", 1.0), ("b0.5", 1 / 3)):
+        (path,) = find_offline_runs(sweep / name / "wandb")
+        run = read_offline_run(path)
+        assert (run.name, run.group, run.job_type, run.project) == (name, "toy_sweep", "eval", "diffusiongemma-harness")
+        assert run.config["run_name"] == name and run.config["logger"]["mode"] == "auto"
+        metrics = read_metrics(sweep / name)
+        assert run.summary["quality"] == pytest.approx(quality) == pytest.approx(metrics["quality"])
+        assert run.summary["tpf"] == pytest.approx(metrics["tpf"]) and "run" not in run.summary
+        table = run.table("samples")
+        assert list(table.columns) == ["sample_id", "text", "correct", "tpf", "nfe", "num_tokens", "finished_by"]
+        rows = read_samples(sweep / name)
+        assert table["sample_id"].tolist() == [r["sample_id"] for r in rows]
+        assert table["correct"].tolist() == [r["correct"] for r in rows]
+
+    # sweep end: table + plots under the sweep dir, printed, and a summary run in the same group
+    summary = pd.read_csv(sweep / "summary" / "summary.csv")
+    assert sorted(summary["run_name"]) == ["b0.1", "b0.5"]
+    assert summary.set_index("run_name").loc["b0.5", "tpf"] == pytest.approx(8.0)
+    assert summary["on_front"].all()
+    for f in ("pareto_toy_eval_tpf.png", "pareto_toy_eval_tokens_per_second.svg", "runs/b0.5_steps.png"):
+        assert (sweep / "summary" / f).stat().st_size > 1000
+    assert "[sweep summary]" in out.stdout and "Area under the quality-vs-TPF front" in out.stdout
+    (path,) = find_offline_runs(sweep / "summary" / "wandb")
+    srun = read_offline_run(path)
+    assert (srun.name, srun.group, srun.job_type) == ("toy_sweep-summary", "toy_sweep", "sweep_summary")
+    runs = srun.table("runs")
+    assert sorted(runs["run_name"]) == ["b0.1", "b0.5"] and "aup" in runs
+    assert srun.table("fronts")["aup"].iloc[0] == pytest.approx(summary["aup"].iloc[0])
+    for key in ("pareto/pareto_toy_eval_tpf", "pareto/pareto_toy_eval_tokens_per_second"):
+        assert srun.media(key).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_slurm_launcher_yaml_makes_a_gpu_sbatch_script(tmp_path):
+    """Compose the repo's `hydra/launcher=slurm`, translate it exactly as the submitit plugin's `launch()` does,
+    and let submitit render the sbatch script. submitit refuses to build a SLURM executor without `srun` on
+    PATH; a do-nothing `srun` satisfies that check only (nothing is submitted)."""
+    import submitit
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import instantiate
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    app = make_app(tmp_path)
+    with initialize_config_dir(str(app / "conf"), version_base="1.3"):
+        cfg = compose("config", return_hydra_config=True,
+                      overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.job.name=harness",
+                                 f"hydra.sweep.dir={tmp_path}/sweep"])
+    HydraConfig.instance().set_config(cfg)
+    launcher = instantiate(cfg.hydra.launcher)
+    assert type(launcher).__name__ == "SlurmLauncher"
+    params = launcher.params
+    assert (params["gpus_per_node"], params["timeout_min"], params["max_num_timeout"]) == (1, 240, 3)
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{old_path}"
+    try:
+        # as in hydra_submitit_launcher.submitit_launcher.BaseSubmititLauncher.launch
+        executor = submitit.AutoExecutor(folder=params["submitit_folder"], cluster="slurm",
+                                         slurm_max_num_timeout=params["max_num_timeout"])
+        base = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()
+                                      if k not in ("submitit_folder", "max_num_timeout")})
+        script = executor._executor._make_submission_file_text("python -m harness.run", "uid")
+    finally:
+        os.environ["PATH"] = old_path
+    for line in ("#SBATCH --gpus-per-node=1", "#SBATCH --partition=gpu", "#SBATCH --time=240", "#SBATCH --mem=64GB",
+                 "#SBATCH --cpus-per-task=8", "#SBATCH --ntasks-per-node=1", "#SBATCH --job-name=harness",
+                 "#SBATCH --signal=USR2@120"):
+        assert line in script, script
+
+
+def test_joblib_launcher_yaml_composes(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(make_app(tmp_path) / "conf"), version_base="1.3"):
+        cfg = compose("config", return_hydra_config=True, overrides=["hydra/launcher=parallel"])
+    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.hydra.launcher.n_jobs == 2
+    with initialize_config_dir(str(make_app(tmp_path / "b") / "conf"), version_base="1.3"):
+        cfg = compose("config", return_hydra_config=True, overrides=["hydra/launcher=local"])
+    assert cfg.hydra.launcher._target_.endswith("LocalLauncher") and cfg.hydra.launcher.gpus_per_node == 0
+
+
+@pytest.mark.skipif(not (REPO / "outputs" / "tiny" / "diffusion" / "config.json").exists(),
+                    reason="tiny checkpoint not built (make tiny-models)")
+def test_real_app_two_job_sweep_through_submitit_local(tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "harness.run", "-m", "hydra/launcher=local", "model=tiny_diffusion", "eval=prompts",
+           "seed=0,1", "eval.limit=1", "eval.max_new_tokens=8", "sampler.max_steps=4", "sampler.capture_trajectory=true",
+           "sweep_name=launcher_test", f"hydra.sweep.dir={sweep}",
+           "+hydra.callbacks.sweep_summary._target_=harness.callbacks.SweepSummary"]
+    out = subprocess.run(cmd, cwd=REPO, env=offline_env(tmp_path / "home"), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    runs = sorted(p.parent for p in sweep.glob("*/metrics.json"))
+    assert len(runs) == 2
+    for r in runs:
+        m = read_metrics(r)
+        assert m["run"]["label"] == "diffusion" and m["run"]["sampler"]["max_steps"] == 4
+        assert (r / "config.yaml").exists() and (r / ".hydra" / "config.yaml").exists()
+    summary = pd.read_csv(sweep / "summary" / "summary.csv")
+    assert sorted(summary["seed"]) == [0, 1] and summary["consistent"].all()
+    assert (summary["sampler.max_steps"] == 4).all()
+    figs = {p.name for p in (sweep / "summary" / "runs").iterdir()}
+    assert sum(n.endswith("_steps.png") for n in figs) == 2
+    assert sum("_canvas_" in n and n.endswith(".png") for n in figs) == 2  # trajectories were captured
+    assert textwrap.dedent("[sweep summary]") in out.stdout

@@ -1,0 +1,96 @@
+"""Run loggers against real wandb in offline mode, read back from the offline run files."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness.aggregate import read_metrics, read_samples
+from harness.loggers import NoLogger, WandbLogger, find_offline_runs, has_wandb_api_key, read_offline_run, resolve_mode
+from harness.pareto import make_report
+from tests.test_aggregate import make_run_dir, make_sweep
+
+
+@pytest.fixture
+def no_wandb_key(tmp_path, monkeypatch):
+    for k in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    return tmp_path / "home"
+
+
+def test_auto_mode_is_offline_without_a_key(no_wandb_key, monkeypatch):
+    assert not has_wandb_api_key() and resolve_mode("auto") == "offline"
+    netrc = no_wandb_key / ".netrc"
+    netrc.write_text("machine example.org login user password secret\n")
+    assert resolve_mode("auto") == "offline"  # a key for another host does not count
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password abc123\n")
+    netrc.chmod(0o600)
+    assert has_wandb_api_key() and resolve_mode("auto") == "online"
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.mycorp.net")
+    assert resolve_mode("auto") == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert resolve_mode("auto") == "online"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert resolve_mode("auto") == "disabled"  # an explicit environment choice wins
+    assert resolve_mode("offline") == "offline"
+
+
+def test_one_offline_run_per_job_with_metrics_and_samples_table(tmp_path, no_wandb_key):
+    runs = [make_run_dir(tmp_path / "sweep", name, [(16, n, c, [n]) for c in (1, 0, 1)],
+                         sampler={"name": "entropy_bound", "max_steps": 8, "entropy_bound": b})
+            for name, n, b in (("b0.1", 8, 0.1), ("b0.5", 2, 0.5))]
+    logger = WandbLogger(project="proj", tags=["unit"], text_chars=5)
+    # the first job "crashes" (never finishes): the next start must still get a fresh run, not the old one
+    logger.start("crashed", "sweep", {"seed": 9}, str(tmp_path / "crashed"))
+    for run_dir in runs:  # jobs of one sweep in one process, as Hydra's basic launcher runs them
+        metrics = read_metrics(run_dir)
+        logger.start(run_dir.name, "sweep", {"model": {"name": "tiny"}, "seed": 0}, str(run_dir))
+        logger.finish(metrics, read_samples(run_dir))
+    with pytest.raises(RuntimeError):
+        logger.finish({}, [])
+
+    ids = set()
+    for run_dir in runs:
+        (path,) = find_offline_runs(run_dir / "wandb")
+        rec = read_offline_run(path)
+        ids.add(rec.run_id)
+        metrics = read_metrics(run_dir)
+        assert (rec.name, rec.group, rec.project, rec.tags) == (run_dir.name, "sweep", "proj", ["unit"])
+        assert rec.config["model"] == {"name": "tiny"} and rec.config["run_dir"] == str(run_dir)
+        for k in ("quality", "tpf", "nfe", "num_tokens", "tokens_per_second", "step_cap_hit_rate"):
+            assert rec.summary[k] == pytest.approx(metrics[k]), k
+        assert "run" not in rec.summary
+        table = rec.table("samples")
+        n = metrics["nfe"] // 3  # per-sample forwards
+        assert table.iloc[0].to_dict() == {"sample_id": "q0", "text": "answ…", "correct": 1.0, "tpf": 16 / n, "nfe": n,
+                                           "num_tokens": 16, "finished_by": "eos"}
+        assert table["sample_id"].tolist() == ["q0", "q1", "q2"] and table["correct"].tolist() == [1.0, 0.0, 1.0]
+    (crashed,) = find_offline_runs(tmp_path / "crashed")
+    ids.add(read_offline_run(crashed).run_id)
+    assert len(ids) == 3
+
+
+def test_no_logger_writes_nothing(tmp_path):
+    logger = NoLogger()
+    logger.start("r", None, {}, str(tmp_path))
+    logger.finish({"quality": 1.0}, [])
+    logger.log_sweep("g", {"runs": pd.DataFrame()}, [], str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_summary_run_holds_tables_and_pareto_images(tmp_path, no_wandb_key):
+    report = make_report([make_sweep(tmp_path)], tmp_path / "summary")
+    WandbLogger(project="proj").log_sweep("bound_sweep", {"runs": report.table, "fronts": report.fronts},
+                                          report.pareto_pngs, str(tmp_path / "summary"))
+    (path,) = find_offline_runs(tmp_path / "summary" / "wandb")
+    rec = read_offline_run(path)
+    assert (rec.name, rec.group, rec.job_type) == ("bound_sweep-summary", "bound_sweep", "sweep_summary")
+    runs = rec.table("runs")
+    assert runs["run_name"].tolist() == report.table["run_name"].tolist()
+    assert runs["tpf"].tolist() == pytest.approx(report.table["tpf"].tolist())
+    assert runs["on_front"].tolist() == report.table["on_front"].tolist()
+    assert rec.table("fronts")["aup"].tolist() == pytest.approx(report.fronts["aup"].tolist())
+    png = rec.media("pareto/pareto_prompts_tpf")
+    assert png.read_bytes() == (tmp_path / "summary" / "pareto_prompts_tpf.png").read_bytes()
