@@ -34,8 +34,9 @@ pareto: venv  ## redraw Pareto plots + summary table from every run under output
 bench: venv  ## CPU benchmarks (side-by-side ratios), JSON under outputs/bench/
 	$(PY) -m bench.run_all
 
-gpu-check: venv  ## one prepared GPU script (see docs/gpu_check.md)
-	$(PY) -m bench.gpu_check
+gpu-check:  ## one prepared GPU script (docs/gpu_check.md); offline: the machine's torch + wheels in .whl/
+	test ! -d .whl || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+	PYTHONPATH=/tmp/site:$(CURDIR) python3 -m bench.gpu_check
 
 clean:
 	rm -rf outputs/runs outputs/sweeps outputs/plots

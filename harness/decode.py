@@ -121,7 +121,7 @@ class BlockDiffusionDecoder:
         for step in range(cfg.max_steps):
             active = ~(finished | done)
             logits = model.denoise(state, canvas, masks, sc_logits if cfg.self_conditioning else None)
-            processed = logits / cfg.temperature(cfg.max_steps - step)
+            processed = logits.div_(cfg.temperature(cfg.max_steps - step))  # in place: saves a B*C*V copy
             draw = self._draw(processed, gens, active)
             keep = cfg.remask(cfg.accept(draw, step), draw.confidence)
             if reference:

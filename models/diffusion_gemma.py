@@ -58,22 +58,33 @@ class DiffusionGemmaAdapter:
             kwargs["device_map"] = device_map
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
-        self.model = DiffusionGemmaForBlockDiffusion.from_pretrained(path, **kwargs).eval()
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(path, **kwargs).eval()
         if not device_map:
-            self.model.to(device)
-        self.device = self.model.device
-        self.tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
-        self.enable_thinking = enable_thinking
-        self.config = self.model.config
+            model.to(device)
+        self._bind(model, AutoTokenizer.from_pretrained(path, revision=revision), enable_thinking, eos_token_ids, compile)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, name: str = "in-memory", eos_token_ids: list[int] | None = None,
+                   enable_thinking: bool | None = None, compile: bool = False) -> DiffusionGemmaAdapter:
+        """Wrap a model already in memory (e.g. built directly on a GPU with random weights)."""
+        self = cls.__new__(cls)
+        self.path, self.name = f"<{name}>", name
+        self._bind(model.eval(), tokenizer, enable_thinking, eos_token_ids, compile)
+        return self
+
+    def _bind(self, model, tokenizer, enable_thinking, eos_token_ids, compile) -> None:
+        self.model, self.tokenizer, self.enable_thinking = model, tokenizer, enable_thinking
+        self.device = model.device
+        self.config = model.config
         self.vocab_size = self.config.text_config.vocab_size
         self.canvas_length = self.config.canvas_length
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.config.text_config.pad_token_id
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.config.text_config.pad_token_id
         self.eos_ids = set(eos_token_ids or self._default_eos())
-        self._encoder = self.model.model.encoder
-        self._forward = self.model.forward
+        self._encoder, self._forward = model.model.encoder, model.forward
         if compile:
             self._encoder = torch.compile(self._encoder)
-            self._forward = torch.compile(self.model.forward)
+            self._forward = torch.compile(model.forward)
 
     def _default_eos(self) -> list[int]:
         eos = getattr(self.model.generation_config, "eos_token_id", None)

@@ -3,7 +3,8 @@
 Three interchangeable implementations, chosen by `SamplerConfig.random_stream` / `draw`:
 - `draw_reference`: exactly transformers' ops and global-RNG call order (bit-for-bit parity with `generate()`);
 - `draw_exact`: the same maths with one `torch.Generator` per sample (batch-invariant);
-- `draw_fast` (samplers.fast_draw): one log-softmax pass + per-sample streams; the sweep default.
+- `draw_fast` (samplers.fast_draw): chunked two-level inverse-CDF from one exp pass, per-sample
+  streams; the sweep default (>= 12x faster than the reference step at full size, `make bench`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,67 @@
+"""`make bench`: the CPU benches in one go (under 10 minutes on the 2-core box), one summary table.
+
+1. sampler step, ours vs transformers' (B = 1, 4; 256 x 262,144 float32 logits; 2 threads);
+2. decode loop, ours vs `generate()` on a tiny model (reference mode must give identical tokens);
+3. Sudoku throughput vs batch size (1, 4, 16, 64) on the shipped checkpoint.
+Ratios are reference wall / ours (> 1: ours is faster), medians of interleaved runs in one process.
+
+    python -m bench.run_all [--quick] [--out-dir outputs/bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from bench import decode_loop, eval_throughput, sampler_step
+from bench.common import OUT_DIR, machine_info, print_machine, table, write_json
+
+
+def summary_rows(sampler: dict, decode: dict, throughput: dict) -> list[dict[str, Any]]:
+    rows = []
+    for r in sampler["rows"]:
+        rows.append({"bench": "sampler_step", "setting": f"B={r['batch']} C={r['canvas']} V={r['vocab']}",
+                     "reference": f"{r['reference_s']:.3f}s", "ours": f"{r['ours_s']:.3f}s", "ratio": r["ratio_of_medians"],
+                     "note": f"in-place scale {r['inplace_ratio_of_medians']:.1f}x; argmax equal {r['argmax_equal']}"})
+    for r in decode["rows"]:
+        for mode in ("ours_reference", "ours_fast", "ours_exact"):
+            note = f"same tokens: {r['same_outputs_reference_mode']}" if mode == "ours_reference" else f"nfe {r[mode + '_nfe']} vs {r['nfe_reference_mode']}"
+            rows.append({"bench": "decode_loop", "setting": f"B={r['batch']} {mode}", "reference": f"{r['generate_s']:.3f}s",
+                         "ours": f"{r[mode + '_s']:.3f}s", "ratio": r[f"{mode}_ratio"], "note": note})
+    for r in throughput["rows"]:
+        rows.append({"bench": "sudoku_throughput", "setting": f"B={r['batch']} n={r['samples']}",
+                     "reference": f"{r['generate_samples_per_s']:.2f}/s", "ours": f"{r['ours_samples_per_s']:.2f}/s",
+                     "ratio": r["ratio"], "note": f"solved {r['ours_solved_rate']:.2f} vs {r['generate_solved_rate']:.2f}, tpf {r['ours_tpf']:.2f}"})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (a smoke run, seconds)")
+    p.add_argument("--out-dir", default=str(OUT_DIR))
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    if a.quick:
+        sampler = sampler_step.run([1, 2], canvas=8, vocab=300, repeats=1, out_dir=a.out_dir, quiet=True)
+        decode = decode_loop.run([1], repeats=1, out_dir=a.out_dir, quiet=True)
+        throughput = eval_throughput.run([1, 2], samples=2, out_dir=a.out_dir, quiet=True)
+    else:
+        sampler = sampler_step.run([1, 4], repeats=3, threads=2, out_dir=a.out_dir)
+        decode = decode_loop.run([1, 4], repeats=5, threads=1, out_dir=a.out_dir)
+        throughput = eval_throughput.run([1, 4, 16, 64], samples=64, threads=1, out_dir=a.out_dir)
+    rows = summary_rows(sampler, decode, throughput)
+    info = machine_info()
+    payload = {"bench": "run_all", "quick": a.quick, "machine": info, "total_s": time.perf_counter() - t0, "rows": rows,
+               "model": throughput["model"]}
+    path = write_json("summary", payload, a.out_dir)
+    print()
+    print_machine(info)
+    print(f"sudoku model: {throughput['model']}")
+    print(table(rows, ["bench", "setting", "reference", "ours", "ratio", "note"]))
+    print(f"ratio = reference wall / ours (> 1: ours faster); total {payload['total_s']:.0f}s; wrote {path}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
