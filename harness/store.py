@@ -44,7 +44,7 @@ class ResultStore:
                 rows.setdefault(row["sample_id"], row)
                 good_lines.append(line)
         if torn:
-            _atomic_write(self.samples_path, "".join(good_lines))
+            atomic_write(self.samples_path, "".join(good_lines))
         return rows
 
     def append(self, row: dict[str, Any]) -> None:
@@ -54,7 +54,7 @@ class ResultStore:
             os.fsync(f.fileno())
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
-        _atomic_write(self.metrics_path, json.dumps(metrics, indent=2, sort_keys=True, default=str))
+        atomic_write(self.metrics_path, json.dumps(metrics, indent=2, sort_keys=True, default=str))
 
     def reset(self) -> None:
         """Forget earlier results (a fresh, non-resumed run into the same directory)."""
@@ -62,7 +62,8 @@ class ResultStore:
             p.unlink(missing_ok=True)
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write a whole file so readers see the old or the new content, never a torn one."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from evals.base import Eval, EvalItem
 from harness.records import decode_metrics
+from harness.store import atomic_write
 
 INVALID = "[invalid]"  # lm-eval's regex filters' fallback when nothing matched
 SAMPLES_SCORED = "samples_scored.jsonl"
@@ -96,8 +96,8 @@ class LmEvalEval(Eval):
             )
         rows = self.merge(out, lm.rows, seed)
         run_dir = Path(store.run_dir)
-        _atomic_write(run_dir / SAMPLES_SCORED, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        _atomic_write(run_dir / LM_EVAL_RESULTS, json.dumps(
+        atomic_write(run_dir / SAMPLES_SCORED, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        atomic_write(run_dir / LM_EVAL_RESULTS, json.dumps(
             {k: out.get(k) for k in ("results", "groups", "configs", "versions", "n-samples", "higher_is_better", "config")},
             indent=2, default=str))
         return {**decode_metrics(rows), **self.summarize_lm_eval(out, rows, tasks)}
@@ -178,12 +178,3 @@ def datasets_caching_off():
     finally:
         if was:
             datasets.enable_caching()
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
