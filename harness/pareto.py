@@ -132,7 +132,7 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
                        label=f"{model} · {LABEL_NAMES.get(label, label)}")
         mask = front_mask(dm[x], dm["quality"])
         f = dm[mask].sort_values(x)
-        aup = f" (AUP {dm['aup'].iloc[0]:.3f} over TPF {dm['aup_tpf_min'].iloc[0]:g}-{dm['aup_tpf_max'].iloc[0]:g})" \
+        aup = f" (AUP {dm['aup'].iloc[0]:.3f} over TPF {dm['aup_tpf_min'].iloc[0]:.3g}-{dm['aup_tpf_max'].iloc[0]:.3g})" \
             if x == "tpf" and "aup" in dm and pd.notna(dm["aup"].iloc[0]) else ""
         ax.plot(f[x], f["quality"], drawstyle="steps-pre", color=color, linestyle="--", linewidth=1.4, zorder=2,
                 label=f"front: {model}{aup}")

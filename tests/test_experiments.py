@@ -1,0 +1,22 @@
+"""Every experiment config launches as a quick CPU multirun (lightning-hydra-template style)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_app import REPO, run_app
+
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml") if p.stem != "sudoku_base")
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_runs_as_quick_multirun(experiment, tmp_path):
+    run_app(f"experiment={experiment}", "eval.num_puzzles=3", "batch_size=3",
+            f"hydra.sweep.dir={tmp_path}", "hydra.callbacks={}", timeout=600)
+    metrics = [json.loads(p.read_text()) for p in Path(tmp_path).glob("*/metrics.json")]
+    assert metrics, f"{experiment} produced no finished run"
+    for m in metrics:
+        assert m["num_samples"] == 3 and m["nfe"] > 0 and 0.0 <= m["quality"] <= 1.0
