@@ -21,7 +21,7 @@ tiny-models: venv  ## tiny random checkpoints for smoke runs (outputs/tiny/)
 	test -f outputs/tiny/ar/config.json || $(PY) -m models.tiny ar outputs/tiny/ar
 	test -f outputs/tiny/ar_draft/config.json || $(PY) -m models.tiny ar outputs/tiny/ar_draft --seed 1
 
-test: venv  ## the whole test suite (CI runs this)
+test: venv tiny-models  ## the whole test suite (CI runs this)
 	$(PY) -m pytest -q
 
 SWEEP_PARTS := sudoku_sweep sudoku_remask sudoku_confidence sudoku_topk sudoku_baselines

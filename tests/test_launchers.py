@@ -201,8 +201,7 @@ def test_real_app_two_job_sweep_through_submitit_local(tmp_path):
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "harness.run", "-m", "hydra/launcher=local", "model=tiny_diffusion", "eval=prompts",
            "seed=0,1", "eval.limit=1", "eval.max_new_tokens=8", "sampler.max_steps=4", "sampler.capture_trajectory=true",
-           "sweep_name=launcher_test", f"hydra.sweep.dir={sweep}",
-           "+hydra.callbacks.sweep_summary._target_=harness.callbacks.SweepSummary"]
+           "sweep_name=launcher_test", f"hydra.sweep.dir={sweep}"]  # the sweep-summary callback is in conf/hydra
     out = subprocess.run(cmd, cwd=REPO, env=offline_env(tmp_path / "home"), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     runs = sorted(p.parent for p in sweep.glob("*/metrics.json"))
