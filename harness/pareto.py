@@ -121,7 +121,7 @@ def point_label(row: pd.Series, knobs: list[str]) -> str:
 
 def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) -> Figure:
     """Quality vs `x` for the runs of one eval: a point per run, a marker per label, a colour and a front per model."""
-    fig = Figure(figsize=(8, 5.5), layout="constrained")
+    fig = Figure(figsize=(10, 6.5), layout="constrained")
     ax = fig.subplots()
     knobs = varying_knobs(df)
     for ci, (model, dm) in enumerate(df.groupby("model", sort=True, dropna=False)):
@@ -136,7 +136,8 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
             if x == "tpf" and "aup" in dm and pd.notna(dm["aup"].iloc[0]) else ""
         ax.plot(f[x], f["quality"], drawstyle="steps-pre", color=color, linestyle="--", linewidth=1.4, zorder=2,
                 label=f"front: {model}{aup}")
-        for _, r in dm[dm[x].notna() & dm["quality"].notna()].iterrows():
+        labelled = dm[x].notna() & dm["quality"].notna() & (mask | (dm["label"] != "diffusion"))
+        for _, r in dm[labelled].iterrows():  # knobs on front points and baselines only: the table has every run
             ax.annotate(point_label(r, knobs), (r[x], r["quality"]), xytext=(5, 4), textcoords="offset points",
                         fontsize=7, color="0.25")
     ev = df["eval"].iloc[0] if len(df) else ""
