@@ -103,12 +103,9 @@ class BlockDiffusionDecoder:
     def _denoise_canvas(self, state, done, gens, results, k) -> torch.Tensor:
         """Denoise one canvas for the whole batch; returns the committed (argmax) canvas (B, C)."""
         cfg, model, c = self.sampler, self.model, self.canvas_length
-        b, dev, v = done.shape[0], done.device, model.vocab_size
+        b, dev = done.shape[0], done.device
         reference = gens is None
-        if reference:
-            canvas = torch.randint(0, v, (b, c), device=dev)
-        else:
-            canvas = torch.stack([torch.randint(0, v, (c,), generator=g, device=dev) for g in gens])
+        canvas = self._random_tokens(torch.empty((b, c), dtype=torch.long, device=dev), gens, torch.ones_like(done))
         argmax = canvas
         sc_logits = None
         finished = torch.zeros(b, dtype=torch.bool, device=dev)  # finished denoising this canvas
@@ -124,13 +121,7 @@ class BlockDiffusionDecoder:
             processed = logits.div_(cfg.temperature(cfg.max_steps - step))  # in place: saves a B*C*V copy
             draw = self._draw(processed, gens, active)
             keep = cfg.remask(cfg.accept(draw, step), draw.confidence)
-            if reference:
-                noise = torch.randint(0, v, (b, c), device=dev)
-            else:
-                noise = canvas.clone()
-                for i in range(b):
-                    if active[i]:
-                        noise[i] = torch.randint(0, v, (c,), generator=gens[i], device=dev)
+            noise = self._random_tokens(canvas, gens, active)
             new_canvas = torch.where(keep, draw.sampled, noise)
             new_argmax = draw.argmax
             if cfg.adaptive_stop:  # rows that already stopped keep their canvas, argmax and logits
@@ -153,6 +144,18 @@ class BlockDiffusionDecoder:
             if not done[i] and res.steps_per_canvas[-1] == cfg.max_steps and not finished[i]:
                 res.step_cap_hits += 1
         return argmax
+
+    def _random_tokens(self, like: torch.Tensor, gens, active: torch.Tensor) -> torch.Tensor:
+        """Uniform tokens shaped like `like`: one global draw for every row (reference mode, generate()'s
+        call order), else one draw per active row from its own stream; inactive rows keep `like`."""
+        v = self.model.vocab_size
+        if gens is None:
+            return torch.randint(0, v, like.shape, device=like.device)
+        out = like.clone()
+        for i, g in enumerate(gens):
+            if active[i]:
+                out[i] = torch.randint(0, v, like.shape[1:], generator=g, device=like.device)
+        return out
 
     def _record(self, results, active, keep, step, k, argmax, entropy) -> None:
         kept = keep.sum(-1).tolist()
