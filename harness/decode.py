@@ -1,28 +1,99 @@
-"""The block-diffusion decode loop: prefill, denoise each canvas with a sampler, commit, repeat.
+"""The block-diffusion decode engine: requests stream in, finished samples stream out.
 
-    prefill(prompt) -> for each canvas: init random canvas -> up to N steps of
-    [denoise -> temperature -> draw -> accept (+remask) -> re-noise the rest -> adaptive stop]
-    -> commit the argmax canvas (re-encode into the cache) -> stop at EOS / stop string / max tokens.
+    admit queued requests into free batch rows (prefill, merged right-aligned into the shared cache)
+    -> every step, for every row: denoise -> softcap + temperature -> draw -> accept (+remask)
+       -> re-noise the rest -> adaptive stop
+    -> a row whose canvas stopped commits it (re-encodes it into the cache) and starts the next canvas
+       on the very next step; a row whose sequence ended (EOS / stop string / length) leaves the batch
+       and its result is yielded at once, and a queued request takes its place.
 
-Two random-stream modes. `reference` makes exactly transformers' `generate()` random calls from the
-global RNG (bit-for-bit parity, batch-dependent). `per_sample` gives every request its own generator,
-and a row draws only while it is still denoising, so its output does not depend on the batch.
+So every computed row does useful work (`row_utilization` 1.0) whatever the spread of step counts.
+Per step the host reads the device once (finished flags, accepted counts and the argmax canvas, one
+small packed tensor): steps, temperatures and random-stream keys are known on the host already. Every
+random number is a pure function of (sample seed, canvas, step, position, stream) (`samplers.streams`),
+so a sample's tokens do not depend on its batch, its neighbours, when it was admitted, or a resume.
+The only full-size tensor is one float32 logits workspace (B x C x V): the LM head writes into it,
+softcap and temperature run in place, the draw reads it in cache-sized blocks, and it is the next
+step's self-conditioning input (`make bench` measures the extra memory in units of that tensor).
+
+`random_stream=reference` runs a lockstep variant instead: whole batches, transformers' global-RNG call
+order and its freezing of finished rows, which reproduces `generate()` token for token (a parity tool:
+it computes finished rows, so its utilization is below 1).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
 
 import torch
 
 from harness.records import GenerationRequest, GenerationResult
 from models.base import cut_at_stop
+from samplers import streams
 from samplers.config import SamplerConfig
-from samplers.draw import draw_exact, draw_reference
+from samplers.draw import StepDraw, draw_exact, draw_reference
+from samplers.fast_draw import draw_fast
+
+
+@dataclass
+class StepOutput:
+    canvas: torch.Tensor  # (B, C) next canvas: accepted samples, fresh noise elsewhere
+    argmax: torch.Tensor  # (B, C) argmax canvas (what a stopped canvas commits)
+    history: torch.Tensor  # (S, B, C) last argmax canvases, for the stability test
+    finished: torch.Tensor  # (B,) bool: stable and confident (adaptive stop)
+    kept: torch.Tensor  # (B,) long: positions that kept their sampled token
+    mean_entropy: torch.Tensor  # (B,) float32
+
+
+def process_logits(x: torch.Tensor, softcap: float | None, temperature: torch.Tensor) -> torch.Tensor:
+    """In place: cap * tanh(x / cap) (transformers' op order), then divide each row by its temperature."""
+    if softcap:
+        x.div_(softcap).tanh_().mul_(softcap)
+    return x.div_(temperature[:, None, None])
+
+
+def sampler_step(cfg: SamplerConfig, draw, x: torch.Tensor, temperature: torch.Tensor, softcap: float | None,
+                 keys: torch.Tensor, canvas: torch.Tensor, history: torch.Tensor, vocab: int) -> StepOutput:
+    """Everything of one denoising step after the forward, for rows each at their own step.
+
+    `x` (B, C, V) raw logits, processed in place; `keys` (3, B) int64: seed, canvas index and step of
+    each row. Pure tensor code with no host reads, so it can be captured whole by `torch.compile`.
+    """
+    seed, canvas_idx, step = keys[0], keys[1], keys[2]
+    x = process_logits(x, softcap, temperature)
+    d: StepDraw = draw(x, streams.uniforms(seed, canvas_idx, step, canvas.shape[1], streams.SAMPLE))
+    keep = cfg.remask(cfg.accept(d, step), d.confidence)
+    noise = streams.tokens(seed, canvas_idx, step, canvas.shape[1], vocab, streams.RENOISE)
+    new_canvas = torch.where(keep, d.sampled, noise)
+    mean_entropy = d.entropy.mean(-1)
+    if cfg.adaptive_stop and history.shape[0] > 0:
+        stable = (history == d.argmax[None]).all(-1).all(0)
+        history = torch.cat([history[1:], d.argmax[None]])
+        finished = stable & (mean_entropy < cfg.stop_entropy)
+    elif cfg.adaptive_stop:  # stability_steps == 0: confidence alone
+        finished = mean_entropy < cfg.stop_entropy
+    else:
+        finished = torch.zeros_like(mean_entropy, dtype=torch.bool)
+    return StepOutput(new_canvas, d.argmax, history, finished, keep.sum(-1), mean_entropy)
+
+
+@dataclass
+class _Row:
+    """Host-side state of one batch row (one request in flight)."""
+
+    req: GenerationRequest
+    result: GenerationResult
+    admitted: float
+    canvas_idx: int = 0
+    step: int = 0
+    outputs: list[int] = field(default_factory=list)
 
 
 class BlockDiffusionDecoder:
-    """Implements `models.base.Decoder` for any adapter with prefill / canvas_masks / denoise / commit."""
+    """Implements `models.base.Decoder` for a block-diffusion adapter (see `models.diffusion_gemma`)."""
 
     label = "diffusion"
 
@@ -30,68 +101,207 @@ class BlockDiffusionDecoder:
         self.model, self.sampler = model, sampler
         self.tokenizer = model.tokenizer
         self.canvas_length = sampler.canvas_length or model.canvas_length
-        if sampler.random_stream == "reference":
-            self._draw = draw_reference
-        elif sampler.draw == "fast":
-            from samplers.fast_draw import draw_fast
-
-            self._draw = draw_fast
-        else:
-            self._draw = draw_exact
+        self._draw = draw_exact if sampler.draw == "exact" else draw_fast
 
     def encode(self, prompt) -> list[int]:
         return self.model.encode(prompt)
 
     def describe(self) -> dict:
-        return {**self.model.describe(), "label": self.label, "sampler": self.sampler.knobs(), "canvas_length": self.canvas_length}
+        return {**self.model.describe(), "label": self.label, "sampler": self.sampler.knobs(),
+                "canvas_length": self.canvas_length}
+
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        """Decode a list together; results in request order."""
+        out = {r.sample_id: r for r in self.stream(requests, batch_size=max(1, len(requests)))}
+        return [out[r.sample_id] for r in requests]
 
     @torch.no_grad()
-    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        t0 = time.perf_counter()
-        dev = self.model.device
-        b, c, cfg = len(requests), self.canvas_length, self.sampler
-        reference = cfg.random_stream == "reference"
-        width = max(len(r.prompt_ids) for r in requests)
-        ids = torch.full((b, width), self.model.pad_id, dtype=torch.long)
-        mask = torch.zeros((b, width), dtype=torch.bool)
-        for i, r in enumerate(requests):
-            if not r.prompt_ids:
-                raise ValueError(f"request {r.sample_id!r} has an empty prompt")
-            ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
-            mask[i, width - len(r.prompt_ids):] = True
-        ids, mask = ids.to(dev), mask.to(dev)
-        gens = None if reference else [torch.Generator(device=dev).manual_seed(r.seed) for r in requests]
+    def stream(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
+        """Decode with at most `batch_size` rows in flight; yield each result the moment it finishes."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if self.sampler.random_stream == "reference":
+            yield from self._lockstep(requests, batch_size)
+        else:
+            yield from self._continuous(requests, batch_size)
 
-        state = self.model.prefill(ids, mask)
-        results = [GenerationResult(r.sample_id, [], "", 0, encoder_forwards=1, prompt_tokens=len(r.prompt_ids)) for r in requests]
-        outputs: list[list[int]] = [[] for _ in requests]
-        done = torch.zeros(b, dtype=torch.bool, device=dev)  # finished sequences (EOS / stop / length)
+    # ----------------------------------------------------------------------------------------------
+    # continuous batching (default)
+
+    def _continuous(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
+        cfg, model, c, v = self.sampler, self.model, self.canvas_length, self.model.vocab_size
+        dev = model.device
+        queue = iter(requests)
+        rows: list[_Row] = []
+        state = canvas = history = masks = None
+        workspace = torch.empty(0, c, v, dtype=torch.float32, device=dev)
+        sc_rows: list[bool] = []
+        exhausted = False
+        while True:
+            t0 = time.perf_counter()
+            changed = False
+            if not exhausted and len(rows) < batch_size:
+                new = [self._start(r) for r in islice(queue, batch_size - len(rows))]
+                exhausted = len(new) < batch_size - len(rows)
+                if new:
+                    state = model.merge(state, model.prefill([r.req.prompt_ids for r in new]))
+                    fresh = self._init_canvas(new)
+                    canvas = fresh if canvas is None else torch.cat([canvas, fresh])
+                    h = torch.full((cfg.stability_steps, len(new), c), -1, dtype=torch.long, device=dev)
+                    history = h if history is None else torch.cat([history, h], dim=1)
+                    rows += new
+                    sc_rows += [False] * len(new)
+                    changed = True
+            if not rows:
+                return
+            b = len(rows)
+            if workspace.shape[0] < b:  # grows only while rows are being admitted at step 0
+                old, workspace = workspace, torch.empty(b, c, v, dtype=torch.float32, device=dev)
+                workspace[: old.shape[0]].copy_(old)
+                del old
+            if changed or masks is None:
+                masks = model.canvas_masks(state, c)
+
+            x = workspace[:b]
+            x = model.denoise(state, canvas, masks, x if any(sc_rows) else None, sc_rows, out=x)
+            keys = torch.tensor([[r.req.seed for r in rows], [r.canvas_idx for r in rows], [r.step for r in rows]],
+                                dtype=torch.long)  # host-known: copied to the device, never read back
+            temperature = cfg.temperatures(keys[2]).to(dev)
+            keys = keys.to(dev)
+            out = sampler_step(cfg, self._draw, x, temperature, model.softcap, keys, canvas, history, v)
+            canvas, history = out.canvas, out.history
+            packed = torch.cat([out.finished.long()[:, None], out.kept[:, None], out.argmax], dim=1)
+            host = packed.cpu().tolist()  # the one device read of the step
+            trajectory = out.mean_entropy.tolist() if cfg.capture_trajectory else None
+
+            leaving, committing = [], []
+            share = (time.perf_counter() - t0) / b
+            for i, (row, (fin, kept, *argmax)) in enumerate(zip(rows, host, strict=True)):
+                res = row.result
+                res.nfe += 1
+                res.row_forwards += 1
+                res.wall_time_s += share
+                res.steps_per_canvas[-1] += 1
+                res.accepted_per_step[-1].append(kept)
+                res.renoised_per_step[-1].append(c - kept)
+                if trajectory is not None:
+                    res.trajectory = res.trajectory or []
+                    res.trajectory.append({"canvas": row.canvas_idx, "step": row.step, "argmax": argmax,
+                                           "mean_entropy": trajectory[i]})
+                row.step += 1
+                sc_rows[i] = cfg.self_conditioning
+                if not fin and row.step < cfg.max_steps:
+                    continue
+                res.step_cap_hits += int(not fin)
+                row.outputs.extend(argmax)
+                _, _, reason = cut_at_stop(self.tokenizer, row.outputs, model.eos_ids, row.req.stop_strings)
+                if reason != "length" or len(row.outputs) >= row.req.max_new_tokens:
+                    leaving.append(i)
+                else:
+                    committing.append(i)
+
+            if committing:
+                state = model.commit(state, out.argmax[committing], committing)
+                idx = torch.tensor(committing, device=dev)
+                for i in committing:
+                    row = rows[i]
+                    row.result.encoder_forwards += 1
+                    row.canvas_idx, row.step = row.canvas_idx + 1, 0
+                    self._open_canvas(row.result)
+                    sc_rows[i] = False
+                canvas = canvas.index_copy(0, idx, self._init_canvas([rows[i] for i in committing]))
+                history = history.index_fill(1, idx, -1)
+                masks = None
+            if leaving:
+                gone = set(leaving)
+                keep = [i for i in range(b) if i not in gone]
+                state = model.select(state, keep)
+                for j, i in enumerate(keep):  # move self-conditioning rows up in place (no second buffer)
+                    if i != j and sc_rows[i]:
+                        workspace[j].copy_(workspace[i])
+                idx = torch.tensor(keep, device=dev, dtype=torch.long)
+                canvas, history = canvas[idx], history[:, idx]
+                now = time.perf_counter()
+                for i in leaving:
+                    yield self._finish(rows[i], now)
+                rows = [rows[i] for i in keep]
+                sc_rows = [sc_rows[i] for i in keep]
+                masks = None
+
+    def _start(self, req: GenerationRequest) -> _Row:
+        if not req.prompt_ids:
+            raise ValueError(f"request {req.sample_id!r} has an empty prompt")
+        if req.max_new_tokens < 1:
+            raise ValueError(f"request {req.sample_id!r}: max_new_tokens must be >= 1, got {req.max_new_tokens}")
+        res = GenerationResult(req.sample_id, [], "", 0, encoder_forwards=1, prompt_tokens=len(req.prompt_ids))
+        self._open_canvas(res)
+        return _Row(req, res, admitted=time.perf_counter())
+
+    @staticmethod
+    def _open_canvas(res: GenerationResult) -> None:
+        res.steps_per_canvas.append(0)
+        res.accepted_per_step.append([])
+        res.renoised_per_step.append([])
+
+    def _init_canvas(self, rows: list[_Row]) -> torch.Tensor:
+        dev = self.model.device
+        seed = torch.tensor([r.req.seed for r in rows], dtype=torch.long, device=dev)
+        canvas_idx = torch.tensor([r.canvas_idx for r in rows], dtype=torch.long, device=dev)
+        zero = torch.zeros_like(seed)
+        return streams.tokens(seed, canvas_idx, zero, self.canvas_length, self.model.vocab_size, streams.INIT)
+
+    def _finish(self, row: _Row, now: float) -> GenerationResult:
+        req, res = row.req, row.result
+        toks, text, reason = cut_at_stop(self.tokenizer, row.outputs[: req.max_new_tokens], self.model.eos_ids,
+                                         req.stop_strings)
+        res.token_ids = [t for t in toks if t != self.model.pad_id]  # TPF counts non-pad tokens (as generate())
+        res.text, res.finished_by = text, reason
+        res.latency_s = now - row.admitted
+        return res
+
+    # ----------------------------------------------------------------------------------------------
+    # lockstep (random_stream=reference): transformers' generate(), call for call
+
+    def _lockstep(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
+        it = iter(requests)
+        while batch := list(islice(it, batch_size)):
+            yield from self._lockstep_batch(batch)
+
+    def _lockstep_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        t0 = time.perf_counter()
+        model, c = self.model, self.canvas_length
+        rows = [self._start(r) for r in requests]
+        b = len(rows)
+        state = model.prefill([r.prompt_ids for r in requests])
+        done = [False] * b
         max_canvases = -(-max(r.max_new_tokens for r in requests) // c)
         for k in range(max_canvases):
-            canvas = self._denoise_canvas(state, done, gens, results, k)
-            was_done = done.clone()
-            for i, r in enumerate(requests):
+            if k:
+                for i in range(b):
+                    if not done[i]:
+                        self._open_canvas(rows[i].result)
+            canvas = self._lockstep_canvas(state, done, rows)
+            was_done = list(done)
+            host = canvas.tolist()
+            for i, row in enumerate(rows):
                 if not done[i]:
-                    outputs[i].extend(canvas[i].tolist())
-                    _, _, reason = cut_at_stop(self.tokenizer, outputs[i], self.model.eos_ids, r.stop_strings)
-                    if reason != "length" or len(outputs[i]) >= r.max_new_tokens:
-                        done[i] = True
-            if bool(done.all()) or k == max_canvases - 1:
+                    row.outputs.extend(host[i])
+                    _, _, reason = cut_at_stop(self.tokenizer, row.outputs, model.eos_ids, row.req.stop_strings)
+                    done[i] = reason != "length" or len(row.outputs) >= row.req.max_new_tokens
+            if all(done) or k == max_canvases - 1:
                 break
             # as generate(): rows done earlier commit pads, rows ending here pad after their EOS
-            pad = was_done[:, None] | (done[:, None] & self._after_eos(canvas))
-            canvas = canvas.masked_fill(pad, self.model.pad_id)
-            state = self.model.commit(state, canvas)
+            pad = torch.tensor(was_done, device=canvas.device)[:, None] | (
+                torch.tensor(done, device=canvas.device)[:, None] & self._after_eos(canvas))
+            state = model.commit(state, canvas.masked_fill(pad, model.pad_id))
             for i in range(b):
-                results[i].encoder_forwards += int(not done[i])
-
-        for i, r in enumerate(requests):
-            toks, text, reason = cut_at_stop(self.tokenizer, outputs[i][: r.max_new_tokens], self.model.eos_ids, r.stop_strings)
-            res = results[i]
-            res.token_ids = [t for t in toks if t != self.model.pad_id]  # TPF counts non-pad tokens (as generate())
-            res.text, res.finished_by = text, reason
-            res.wall_time_s = time.perf_counter() - t0
-            res.extra["batch_size"] = b
+                rows[i].result.encoder_forwards += int(not done[i])
+        now = time.perf_counter()
+        results = []
+        for row in rows:
+            res = self._finish(row, now)
+            res.wall_time_s = (now - t0) / b
+            results.append(res)
         return results
 
     def _after_eos(self, canvas: torch.Tensor) -> torch.Tensor:
@@ -100,73 +310,55 @@ class BlockDiffusionDecoder:
         cum = is_eos.long().cumsum(-1)
         return (cum > 0) & ~((cum == 1) & is_eos)
 
-    def _denoise_canvas(self, state, done, gens, results, k) -> torch.Tensor:
-        """Denoise one canvas for the whole batch; returns the committed (argmax) canvas (B, C)."""
+    def _lockstep_canvas(self, state, done: list[bool], rows: list[_Row]) -> torch.Tensor:
+        """One canvas for the whole batch with the global RNG; finished rows stay computed but frozen."""
         cfg, model, c = self.sampler, self.model, self.canvas_length
-        b, dev = done.shape[0], done.device
-        reference = gens is None
-        canvas = self._random_tokens(torch.empty((b, c), dtype=torch.long, device=dev), gens, torch.ones_like(done))
-        argmax = canvas
-        sc_logits = None
-        finished = torch.zeros(b, dtype=torch.bool, device=dev)  # finished denoising this canvas
+        b, dev = len(rows), model.device
+        canvas = torch.randint(0, model.vocab_size, (b, c), device=dev)
+        argmax, sc = canvas, None
+        finished = torch.zeros(b, dtype=torch.bool, device=dev)
         history = torch.full((cfg.stability_steps, b, c), -1, dtype=torch.long, device=dev)
         masks = model.canvas_masks(state, c)
-        for res in (r for i, r in enumerate(results) if not done[i]):
-            res.accepted_per_step.append([])
-            res.renoised_per_step.append([])
-            res.steps_per_canvas.append(0)
+        stopped = [False] * b
         for step in range(cfg.max_steps):
-            active = ~(finished | done)
-            logits = model.denoise(state, canvas, masks, sc_logits if cfg.self_conditioning else None)
-            processed = logits.div_(cfg.temperature(cfg.max_steps - step))  # in place: saves a B*C*V copy
-            draw = self._draw(processed, gens, active)
-            keep = cfg.remask(cfg.accept(draw, step), draw.confidence)
-            noise = self._random_tokens(canvas, gens, active)
-            new_canvas = torch.where(keep, draw.sampled, noise)
-            new_argmax = draw.argmax
+            x = model.denoise(state, canvas, masks, sc if cfg.self_conditioning else None)
+            temperature = cfg.temperatures(torch.full((b,), step)).to(dev)
+            x = process_logits(x, model.softcap, temperature)
+            d = draw_reference(x)
+            keep = cfg.remask(cfg.accept(d, torch.full((b,), step, device=dev)), d.confidence)
+            new_canvas = torch.where(keep, d.sampled, torch.randint(0, model.vocab_size, (b, c), device=dev))
+            new_argmax = d.argmax
             if cfg.adaptive_stop:  # rows that already stopped keep their canvas, argmax and logits
                 new_argmax = torch.where(finished[:, None], argmax, new_argmax)
                 new_canvas = torch.where(finished[:, None], canvas, new_canvas)
-                if sc_logits is not None:
-                    processed = torch.where(finished[:, None, None], sc_logits, processed)
+                if sc is not None:
+                    x = torch.where(finished[:, None, None], sc, x)
                 if cfg.stability_steps == 0:
                     stable = torch.ones(b, dtype=torch.bool, device=dev)
                 else:
                     stable = (history == new_argmax[None]).all(-1).all(0)
                     history = torch.cat([history[1:], new_argmax[None]])
-                # rows already stopped stay stopped, so their (frozen) entropy is irrelevant here
-                finished = finished | (stable & (draw.entropy.mean(-1) < cfg.stop_entropy))
-            self._record(results, active, keep, step, k, new_argmax, draw.entropy)
-            canvas, argmax, sc_logits = new_canvas, new_argmax, processed.to(model.model.dtype)
-            if bool(finished.all()) if reference else bool((finished | done).all()):
+                finished = finished | (stable & (d.entropy.mean(-1) < cfg.stop_entropy))
+            kept = keep.sum(-1).tolist()
+            entropy = d.entropy.mean(-1).tolist() if cfg.capture_trajectory else None
+            for i, row in enumerate(rows):
+                res = row.result
+                res.row_forwards += 1
+                if done[i] or stopped[i]:
+                    continue
+                res.nfe += 1
+                res.steps_per_canvas[-1] += 1
+                res.accepted_per_step[-1].append(kept[i])
+                res.renoised_per_step[-1].append(c - kept[i])
+                if entropy is not None:
+                    res.trajectory = res.trajectory or []
+                    res.trajectory.append({"canvas": len(res.steps_per_canvas) - 1, "step": step,
+                                           "argmax": new_argmax[i].tolist(), "mean_entropy": entropy[i]})
+            canvas, argmax, sc = new_canvas, new_argmax, x.to(model.dtype)
+            stopped = finished.tolist()
+            if all(stopped):
                 break
-        for i, res in enumerate(results):
-            if not done[i] and res.steps_per_canvas[-1] == cfg.max_steps and not finished[i]:
-                res.step_cap_hits += 1
+        for i, row in enumerate(rows):
+            if not done[i] and not stopped[i]:
+                row.result.step_cap_hits += 1
         return argmax
-
-    def _random_tokens(self, like: torch.Tensor, gens, active: torch.Tensor) -> torch.Tensor:
-        """Uniform tokens shaped like `like`: one global draw for every row (reference mode, generate()'s
-        call order), else one draw per active row from its own stream; inactive rows keep `like`."""
-        v = self.model.vocab_size
-        if gens is None:
-            return torch.randint(0, v, like.shape, device=like.device)
-        out = like.clone()
-        for i, g in enumerate(gens):
-            if active[i]:
-                out[i] = torch.randint(0, v, like.shape[1:], generator=g, device=like.device)
-        return out
-
-    def _record(self, results, active, keep, step, k, argmax, entropy) -> None:
-        kept = keep.sum(-1).tolist()
-        for i, res in enumerate(results):
-            if not active[i]:
-                continue
-            res.nfe += 1
-            res.steps_per_canvas[-1] += 1
-            res.accepted_per_step[-1].append(kept[i])
-            res.renoised_per_step[-1].append(self.canvas_length - kept[i])
-            if self.sampler.capture_trajectory:
-                res.trajectory = res.trajectory or []
-                res.trajectory.append({"canvas": k, "step": step, "argmax": argmax[i].tolist(),
-                                       "mean_entropy": float(entropy[i].mean())})

@@ -33,7 +33,9 @@ class GenerationResult:
     encoder_forwards: int = 0
     prompt_tokens: int = 0
     finished_by: str = "length"  # "eos" | "stop" | "length"
-    wall_time_s: float = 0.0
+    wall_time_s: float = 0.0  # this sample's share of the decode wall time (shares sum to the run's wall time)
+    latency_s: float = 0.0  # admitted -> finished: what one user waits (per-user tokens/s = tokens / latency)
+    row_forwards: int = 0  # batch rows computed while this sample was in flight (nfe of them did work)
     steps_per_canvas: list[int] = field(default_factory=list)
     step_cap_hits: int = 0  # canvases that used every allowed denoising step
     accepted_per_step: list[list[int]] = field(default_factory=list)  # per canvas, per step
@@ -64,6 +66,9 @@ def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
     wall = sum(r["wall_time_s"] for r in results)
     steps = [s for r in results for s in r.get("steps_per_canvas", [])]
     canvases = len(steps)
+    row_forwards = sum(r.get("row_forwards", 0) for r in results)
+    latency = sorted(r.get("latency_s", 0.0) for r in results)
+    user_tps = [r["num_tokens"] / r["latency_s"] for r in results if r.get("latency_s")]
     return {
         "num_samples": n,
         "num_tokens": tokens,
@@ -75,4 +80,8 @@ def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
         "mean_steps_per_canvas": sum(steps) / canvases if canvases else 0.0,
         "step_cap_hit_rate": sum(r.get("step_cap_hits", 0) for r in results) / canvases if canvases else 0.0,
         "encoder_forwards": sum(r.get("encoder_forwards", 0) for r in results),
+        # row-forwards that did work / row-forwards computed (1.0: no batch row was computed in vain)
+        "row_utilization": nfe / row_forwards if row_forwards else 0.0,
+        "median_latency_s": latency[len(latency) // 2] if latency else 0.0,
+        "mean_user_tokens_per_second": sum(user_tps) / len(user_tps) if user_tps else 0.0,
     }

@@ -20,7 +20,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Genera
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from harness.records import GenerationRequest, GenerationResult
-from models.base import Prompt, cut_at_stop, encode_prompt
+from models.base import Prompt, cut_at_stop, default_eos_ids, encode_prompt, stream_in_batches
 from models.forward_counter import ForwardCounter, RowFinishRecorder, StepStreamer
 from models.gemma4_mtp import ASSISTANT_MODEL_TYPES, export_shared_kv, load_assistant
 
@@ -113,7 +113,7 @@ class ARDecoder:
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
         self.model = load_causal_lm(path, dtype, device, device_map, attn_implementation)
         self.device = self.model.device
-        self.eos_ids = sorted(set(eos_token_ids or _eos_ids(self.model, self.tokenizer)))
+        self.eos_ids = sorted(set(eos_token_ids or default_eos_ids(self.model.generation_config, self.tokenizer)))
         self._stop_cache: dict[tuple[str, ...], StopStringCriteria] = {}
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.eos_ids[0]
@@ -129,6 +129,9 @@ class ARDecoder:
             for res in self._generate_group(group):
                 results[res.sample_id] = res
         return [results[r.sample_id] for r in requests]
+
+    def stream(self, requests, batch_size: int):
+        return stream_in_batches(self.generate, requests, batch_size)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -201,7 +204,7 @@ class ARDecoder:
                 reason = recorder.finish_reason[i]  # a stop string straddling the prompt end stopped the row
             results.append(GenerationResult(
                 sample_id=req.sample_id, token_ids=tokens, text=text, nfe=row_nfe[i], prompt_tokens=len(req.prompt_ids),
-                finished_by=reason,
+                finished_by=reason, row_forwards=forwards.count,
                 extra={"batched": True, "batch_size": len(group), "batch_forwards": forwards.count,
                        "generated_before_cut": row_nfe[i]},
             ))
@@ -300,23 +303,10 @@ class AssistedARDecoder(ARDecoder):
         tokens, text, reason = cut_at_stop(self.tokenizer, new, set(self.eos_ids), req.stop_strings)
         return GenerationResult(
             sample_id=req.sample_id, token_ids=tokens, text=text, nfe=target_fw.count, prompt_tokens=len(req.prompt_ids),
-            finished_by=reason, accepted_per_step=[per_step],
+            finished_by=reason, accepted_per_step=[per_step], row_forwards=target_fw.count,
             extra={"batched": False, "draft_forwards": draft_fw.count, "generated_before_cut": len(new),
                    "tokens_per_verify": per_step, "accepted_drafts": sum(per_step) - len(per_step)},
         )
-
-
-def _eos_ids(model, tokenizer) -> list[int]:
-    """EOS ids from the checkpoint's generation config (Gemma lists several) plus the tokenizer's."""
-    ids: set[int] = set()
-    gen_eos = getattr(model.generation_config, "eos_token_id", None)
-    if gen_eos is not None:
-        ids.update([gen_eos] if isinstance(gen_eos, int) else gen_eos)
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    if not ids:
-        raise ValueError("no EOS token id in the generation config or tokenizer; pass eos_token_ids")
-    return sorted(ids)
 
 
 def _check_requests(requests: list[GenerationRequest]) -> None:

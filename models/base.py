@@ -7,6 +7,9 @@ all turn a batch of `GenerationRequest`s into `GenerationResult`s with forward c
 from __future__ import annotations
 
 import hashlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
 from harness.records import GenerationRequest, GenerationResult
@@ -25,8 +28,55 @@ class Decoder(Protocol):
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Decode a batch; results come back in request order."""
 
+    def stream(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
+        """Decode with at most `batch_size` requests in flight; yield each result as soon as it is final,
+        with `wall_time_s` (its share of the decode wall time) and `latency_s` set."""
+
     def describe(self) -> dict[str, Any]:
         """Flat facts recorded with every run (model id, dtype, decoding mode...)."""
+
+
+def stream_in_batches(generate: Callable[[list[GenerationRequest]], list[GenerationResult]],
+                      requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
+    """`Decoder.stream` for decoders that decode whole batches: consecutive batches of `batch_size`.
+
+    A batch's wall time is shared equally among its samples; each sample's latency is the batch's."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    it = iter(requests)
+    while batch := list(islice(it, batch_size)):
+        t0 = time.perf_counter()
+        results = generate(batch)
+        wall = time.perf_counter() - t0
+        for res in results:
+            res.wall_time_s, res.latency_s = wall / len(batch), wall
+            yield res
+
+
+def decode_and_store(decoder: Decoder, requests: list[GenerationRequest], batch_size: int,
+                     make_row: Callable[[GenerationResult], dict[str, Any]],
+                     store: Callable[[dict[str, Any]], None]) -> Iterator[dict[str, Any]]:
+    """The one decode-and-store loop: stream the requests through the decoder and store each sample's row
+    (`make_row` adds scores / metadata) the moment it finishes, so a killed run loses only work in flight.
+    Yields each stored row (for progress bars)."""
+    for res in decoder.stream(requests, batch_size):
+        row = make_row(res)
+        store(row)
+        yield row
+
+
+def default_eos_ids(generation_config, tokenizer) -> list[int]:
+    """The one default-EOS rule for every decoder (TPF compares them): the checkpoint's generation config
+    ids (Gemma lists several) plus the tokenizer's EOS."""
+    ids: set[int] = set()
+    gen_eos = getattr(generation_config, "eos_token_id", None)
+    if gen_eos is not None:
+        ids.update([gen_eos] if isinstance(gen_eos, int) else gen_eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError("no EOS token id in the generation config or tokenizer; pass eos_token_ids")
+    return sorted(ids)
 
 
 def sample_seed(run_seed: int, sample_id: str) -> int:

@@ -15,18 +15,28 @@ import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 from transformers.cache_utils import DynamicCache
 
-from models.base import Prompt, encode_prompt
+from models import kv_rows
+from models.base import Prompt, default_eos_ids, encode_prompt
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
 
 @dataclass
 class ContextState:
-    """The encoded context of a batch: KV cache, which cached slots are real, next position per row."""
+    """The encoded context of a batch: KV cache, which cached slots are real, next position per row.
+
+    Every row's context is right-aligned (left padding masked out); `lengths` mirrors each row's real
+    length on the host, so adding and removing rows never reads the device.
+    """
 
     cache: Any
     attention_mask: torch.Tensor  # (B, T) bool over cached slots (False = left padding)
     next_position: torch.Tensor  # (B,) long: position id of the next token of each row
+    lengths: list[int]  # real context tokens per row (host copy)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.lengths)
 
 
 class DiffusionGemmaAdapter:
@@ -80,37 +90,94 @@ class DiffusionGemmaAdapter:
         self.canvas_length = self.config.canvas_length
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.config.text_config.pad_token_id
-        self.eos_ids = set(eos_token_ids or self._default_eos())
-        self._encoder, self._forward = model.model.encoder, model.forward
+        self.eos_ids = set(eos_token_ids or default_eos_ids(model.generation_config, tokenizer))
+        self._encoder = model.model.encoder
+        self._layer_calls = list(model.model.decoder.layers)
         if compile:
             self._encoder = torch.compile(self._encoder)
-            self._forward = torch.compile(model.forward)
-
-    def _default_eos(self) -> list[int]:
-        eos = getattr(self.model.generation_config, "eos_token_id", None)
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
-        return [eos] if isinstance(eos, int) else list(eos or [])
+            self._layer_calls = [torch.compile(layer) for layer in self._layer_calls]
 
     def encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, self.enable_thinking)
 
-    @torch.no_grad()
-    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> ContextState:
-        """Encode left-padded prompts causally into a fresh KV cache (one encoder forward)."""
-        attention_mask = attention_mask.bool()
-        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.config.get_text_config(decoder=True))
-        self._encode(input_ids, attention_mask, positions, cache)
-        return ContextState(cache, attention_mask, attention_mask.sum(-1))
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    @property
+    def softcap(self) -> float | None:
+        """`final_logit_softcapping`: logits are cap * tanh(raw / cap), applied by the sampler step."""
+        return self.config.text_config.final_logit_softcapping
 
     @torch.no_grad()
-    def commit(self, state: ContextState, canvas: torch.Tensor) -> ContextState:
-        """Append a finished canvas to the context: re-encode it causally into the cache."""
-        mask = torch.nn.functional.pad(state.attention_mask, (0, canvas.shape[1]), value=True)
-        positions = state.next_position[:, None] + torch.arange(canvas.shape[1], device=canvas.device)
-        self._encode(canvas, mask, positions, state.cache)
-        return ContextState(state.cache, mask, state.next_position + canvas.shape[1])
+    def prefill(self, prompts: list[list[int]]) -> ContextState:
+        """Encode prompts causally, left-padded to the longest, into a fresh KV cache (one encoder forward)."""
+        lengths = [len(p) for p in prompts]
+        width = max(lengths)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = True
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.config.get_text_config(decoder=True))
+        self._encode(ids, mask, positions, cache)
+        return ContextState(cache, mask, torch.tensor(lengths, device=self.device), lengths)
+
+    @torch.no_grad()
+    def commit(self, state: ContextState, canvas: torch.Tensor, rows: list[int] | None = None) -> ContextState:
+        """Append finished canvases to the context: re-encode them causally into the cache.
+
+        `rows=None` commits every row (`canvas` is (B, C)); otherwise only `rows` commit (`canvas` is
+        (len(rows), C)): they are encoded on their own and the other rows get masked left padding, so
+        every row stays right-aligned.
+        """
+        c = canvas.shape[1]
+        if rows is None or len(rows) == state.batch_size:
+            mask = torch.nn.functional.pad(state.attention_mask, (0, c), value=True)
+            positions = state.next_position[:, None] + torch.arange(c, device=canvas.device)
+            self._encode(canvas, mask, positions, state.cache)
+            return ContextState(state.cache, mask, state.next_position + c, [n + c for n in state.lengths])
+        idx = torch.tensor(rows, device=self.device)
+        part = kv_rows.take(state.cache, idx)
+        part_mask = torch.nn.functional.pad(state.attention_mask[idx], (0, c), value=True)
+        positions = state.next_position[idx, None] + torch.arange(c, device=canvas.device)
+        self._encode(canvas, part_mask, positions, part)
+        kv_rows.pad_left(state.cache, c)
+        kv_rows.put(state.cache, idx, part)
+        mask = torch.nn.functional.pad(state.attention_mask, (c, 0), value=False).index_copy(0, idx, part_mask)
+        lengths = list(state.lengths)
+        for i in rows:
+            lengths[i] += c
+        step = torch.zeros_like(state.next_position).index_fill(0, idx, c)
+        return self._trim(ContextState(state.cache, mask, state.next_position + step, lengths))
+
+    def select(self, state: ContextState, rows: list[int]) -> ContextState:
+        """Keep only `rows` (finished rows leave the batch), then drop padding no row needs."""
+        if rows == list(range(state.batch_size)):
+            return state
+        idx = torch.tensor(rows, device=self.device, dtype=torch.long)
+        kv_rows.select(state.cache, idx)
+        out = ContextState(state.cache, state.attention_mask[idx], state.next_position[idx], [state.lengths[i] for i in rows])
+        return self._trim(out)
+
+    def merge(self, a: ContextState | None, b: ContextState) -> ContextState:
+        """Rows of `a` then the newly admitted rows of `b`, right-aligned to a common width."""
+        if a is None or a.batch_size == 0:
+            return b
+        wa, wb = kv_rows.width(a.cache), kv_rows.width(b.cache)
+        w = max(wa, wb)
+        masks = [torch.nn.functional.pad(s.attention_mask, (w - ws, 0), value=False) for s, ws in ((a, wa), (b, wb))]
+        cache = kv_rows.concat(a.cache, b.cache)
+        return ContextState(cache, torch.cat(masks), torch.cat([a.next_position, b.next_position]), a.lengths + b.lengths)
+
+    def _trim(self, state: ContextState) -> ContextState:
+        lead = kv_rows.width(state.cache) - max(state.lengths, default=kv_rows.width(state.cache))
+        if lead <= 0:
+            return state
+        kv_rows.trim_left(state.cache, lead)
+        return ContextState(state.cache, state.attention_mask[:, lead:], state.next_position, state.lengths)
 
     def _encode(self, input_ids, full_mask, positions, cache) -> None:
         dummy = torch.empty((*input_ids.shape, 0), dtype=self.model.dtype, device=input_ids.device)
@@ -120,7 +187,7 @@ class DiffusionGemmaAdapter:
         self._encoder(input_ids=input_ids.contiguous(), attention_mask=masks, past_key_values=cache, position_ids=positions)
 
     def canvas_masks(self, state: ContextState, canvas_length: int) -> dict:
-        """Decoder attention masks for a canvas over the current context (built once per canvas)."""
+        """Decoder attention masks for a canvas over the current context (built once per batch change)."""
         mask = torch.nn.functional.pad(state.attention_mask, (0, canvas_length), value=True)
         dummy = torch.empty((mask.shape[0], canvas_length, 1), device=mask.device)
         return self.model.model.decoder.create_diffusion_decoder_attention_mask(
@@ -128,17 +195,49 @@ class DiffusionGemmaAdapter:
         )
 
     @torch.no_grad()
-    def denoise(self, state: ContextState, canvas: torch.Tensor, masks: dict, self_conditioning_logits: torch.Tensor | None) -> torch.Tensor:
-        """One bidirectional decoder forward over the canvas; returns float32 logits (B, C, V)."""
+    def denoise(self, state: ContextState, canvas: torch.Tensor, masks: dict, sc: torch.Tensor | None = None,
+                sc_rows: list[bool] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One bidirectional decoder forward over the canvas; returns the raw (pre-softcap) LM-head logits.
+
+        `sc` (B, C, V) holds the previous step's temperature-scaled logits; rows with `sc_rows[i]` False
+        (the first step of a canvas) get no self-conditioning. `out` (B, C, V), any float dtype, receives
+        the logits and may be `sc` itself: the self-conditioning signal is read before it is overwritten.
+        The signal and the LM head run one batch row at a time, so the only full-size tensor is `out`
+        (transformers' forward holds about four: softmax, its cast, the logits and their float copy).
+        """
+        dec = self.model.model.decoder
+        w = dec.embed_tokens.weight
+        embeds = dec.embed_tokens(canvas)
+        soft = torch.zeros_like(embeds)
+        if sc is not None:
+            scale = dec.embed_tokens.embed_scale.to(embeds.dtype)
+            for i in range(canvas.shape[0]):
+                if sc_rows is None or sc_rows[i]:  # as transformers: softmax in float32 of the model-dtype logits
+                    probs = sc[i].to(w.dtype).softmax(dim=-1, dtype=torch.float32).to(w.dtype)
+                    soft[i] = torch.matmul(probs, w) * scale
+        hidden = dec.self_conditioning(embeds, soft)
         positions = state.next_position[:, None] + torch.arange(canvas.shape[1], device=canvas.device)
-        out = self._forward(
-            decoder_input_ids=canvas,
-            self_conditioning_logits=self_conditioning_logits,
-            decoder_attention_mask=masks,
-            past_key_values=state.cache,
-            decoder_position_ids=positions,
-        )
-        return out.logits
+        hidden = self._decoder_layers(hidden, positions, masks, state.cache)
+        if out is None:
+            out = torch.empty((*canvas.shape, self.vocab_size), dtype=torch.float32, device=canvas.device)
+        head = self.model.lm_head.weight
+        for i in range(canvas.shape[0]):
+            if out.dtype == head.dtype:
+                torch.matmul(hidden[i], head.t(), out=out[i])
+            else:
+                out[i].copy_(torch.matmul(hidden[i], head.t()))
+        return out
+
+    def _decoder_layers(self, hidden, positions, masks, cache):
+        """transformers' `DiffusionGemmaDecoderModel.forward` after the input embeddings (rotary, layers, norm)."""
+        dec = self.model.model.decoder
+        text = self.config.text_config
+        rotary = {t: dec.rotary_emb(hidden, positions, t) for t in dec.unique_layer_types}
+        for i, layer in enumerate(dec.layers[: text.num_hidden_layers]):
+            t = text.layer_types[i]
+            hidden = self._layer_calls[i](hidden, position_embeddings=rotary[t], attention_mask=masks[t],
+                                          position_ids=positions, past_key_values=cache)
+        return dec.norm(hidden)
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "path": self.path, "dtype": str(self.model.dtype), "device": str(self.device),

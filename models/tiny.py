@@ -55,6 +55,7 @@ def vocab_size_for(tokenizer) -> int:
 def diffusion_config(
     vocab_size: int, hidden: int = 64, layers: int = 2, heads: int = 2, head_dim: int = 32,
     intermediate: int = 128, canvas_length: int = 16, num_experts: int = 2, max_position: int = 4096,
+    sliding_window: int = 128,
 ) -> DiffusionGemmaConfig:
     """Smallest DiffusionGemma config that builds (see shared/NOTES.md): tiny vision tower, MoE >= 1 expert."""
     layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers - 1)]
@@ -63,8 +64,8 @@ def diffusion_config(
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
         layer_types=layer_types, num_attention_heads=heads, num_key_value_heads=1, head_dim=head_dim,
         global_head_dim=head_dim, num_global_key_value_heads=1, num_experts=num_experts, top_k_experts=1,
-        moe_intermediate_size=max(16, intermediate // 4), sliding_window=128, max_position_embeddings=max_position,
-        pad_token_id=0, eos_token_id=1, bos_token_id=2,
+        moe_intermediate_size=max(16, intermediate // 4), sliding_window=sliding_window,
+        max_position_embeddings=max_position, pad_token_id=0, eos_token_id=1, bos_token_id=2,
     )
     vision = dict(
         model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,

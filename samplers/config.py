@@ -49,7 +49,7 @@ class SamplerConfig:
     remask_ratio: float = 0.0  # re-noise this fraction of the least confident accepted tokens (ReMDM-style)
     canvas_length: int | None = None  # None: the model's own canvas length
     random_stream: str = "per_sample"  # per_sample (batch-invariant) | reference (bit-for-bit generate())
-    draw: str = "fast"  # per_sample draws: fast (one log-softmax pass) | exact (softmax + multinomial)
+    draw: str = "fast"  # per_sample draws: fast (two-level inverse CDF; fused Triton kernel on CUDA) | exact
     capture_trajectory: bool = False  # record the argmax canvas + mean entropy at every step
 
     def __post_init__(self) -> None:
@@ -60,11 +60,13 @@ class SamplerConfig:
         _require(isinstance(self.max_steps, int) and self.max_steps > 0, "max_steps", f"must be an integer > 0, got {self.max_steps!r}")
         _require(self.temperature_schedule in TEMPERATURE_SCHEDULES, "temperature_schedule",
                  f"must be one of {TEMPERATURE_SCHEDULES}, got {self.temperature_schedule!r}")
-        _require(self.t_max > 0, "t_max", f"must be > 0, got {self.t_max}")
-        _require(self.t_min > 0, "t_min", f"must be > 0, got {self.t_min}")
+        _require(0 < self.t_max < math.inf, "t_max", f"must be finite and > 0, got {self.t_max}")
+        _require(0 < self.t_min < math.inf, "t_min", f"must be finite and > 0, got {self.t_min}")
         _require(self.t_max >= self.t_min, "t_max", f"must be >= t_min (got t_max={self.t_max} < t_min={self.t_min})")
         _require(isinstance(self.stability_steps, int) and self.stability_steps >= 0, "stability_steps",
                  f"must be an integer >= 0, got {self.stability_steps!r}")
+        _require(not self.adaptive_stop or self.stability_steps <= self.max_steps, "stability_steps",
+                 f"must be <= max_steps ({self.max_steps}), else adaptive stop can never fire; got {self.stability_steps}")
         _require(self.stop_entropy > 0, "stop_entropy", f"must be > 0, got {self.stop_entropy}")
         _require(0.0 <= self.remask_ratio < 1.0, "remask_ratio", f"must be in [0, 1), got {self.remask_ratio}")
         _require(self.canvas_length is None or (isinstance(self.canvas_length, int) and self.canvas_length > 0),
@@ -88,15 +90,28 @@ class SamplerConfig:
 
         `linear` is transformers' schedule: t_min + (t_max - t_min) * remaining / N.
         """
+        import torch
+
+        return float(self.temperatures(torch.tensor([self.max_steps - remaining]))[0])
+
+    def temperatures(self, step: torch.Tensor) -> torch.Tensor:
+        """(B,) float32 temperature of each row at its own step (0-based) of the canvas.
+
+        `linear` repeats transformers' float32 tensor arithmetic (remaining steps as int32 / N), so the
+        scaled logits match `generate()` bit for bit.
+        """
+        import torch
+
+        remaining = (self.max_steps - step).to(torch.int32)
         frac = remaining / self.max_steps
         if self.temperature_schedule == "linear":
-            return self.t_min + (self.t_max - self.t_min) * frac
+            return self.t_min + ((self.t_max - self.t_min) * frac)
         if self.temperature_schedule == "cosine":
-            return self.t_min + (self.t_max - self.t_min) * 0.5 * (1.0 - math.cos(math.pi * frac))
-        return self.t_max
+            return (self.t_min + (self.t_max - self.t_min) * 0.5 * (1.0 - torch.cos(math.pi * frac.double()))).float()
+        return torch.full_like(frac, self.t_max)
 
-    def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
-        """(B, C) bool: positions that keep this step's sampled token. `step` counts from 0."""
+    def accept(self, draw: StepDraw, step: torch.Tensor) -> torch.Tensor:
+        """(B, C) bool: positions that keep this step's sampled token. `step` (B,) counts from 0 per row."""
         raise NotImplementedError
 
     def remask(self, accepted: torch.Tensor, confidence: torch.Tensor) -> torch.Tensor:
@@ -128,7 +143,7 @@ class EntropyBoundConfig(SamplerConfig):
         super().validate()
         _require(self.entropy_bound > 0, "entropy_bound", f"must be > 0, got {self.entropy_bound}")
 
-    def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
+    def accept(self, draw: StepDraw, step: torch.Tensor) -> torch.Tensor:
         import torch
 
         sorted_h, idx = torch.sort(draw.entropy, dim=-1)
@@ -152,14 +167,15 @@ class ConfidenceTopKConfig(SamplerConfig):
         _require(self.tokens_per_step is None or (isinstance(self.tokens_per_step, int) and self.tokens_per_step > 0),
                  "tokens_per_step", f"must be null or an integer > 0, got {self.tokens_per_step!r}")
 
-    def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
+    def accept(self, draw: StepDraw, step: torch.Tensor) -> torch.Tensor:
         import torch
 
         c = draw.confidence.shape[-1]
         k = self.tokens_per_step or math.ceil(c / self.max_steps)
-        n_keep = min(c, k * (step + 1))
-        idx = draw.confidence.topk(n_keep, dim=-1).indices
-        return torch.zeros_like(draw.confidence, dtype=torch.bool).scatter(-1, idx, True)
+        n_keep = torch.clamp(k * (step + 1), max=c)  # (B,): rows may be at different steps
+        order = draw.confidence.argsort(dim=-1, descending=True, stable=True)
+        rank = torch.empty_like(order).scatter_(-1, order, torch.arange(c, device=order.device).expand_as(order))
+        return rank < n_keep[:, None]
 
 
 @dataclass
@@ -173,7 +189,7 @@ class ConfidenceThresholdConfig(SamplerConfig):
         super().validate()
         _require(0.0 < self.threshold <= 1.0, "threshold", f"must be in (0, 1], got {self.threshold}")
 
-    def accept(self, draw: StepDraw, step: int) -> torch.Tensor:
+    def accept(self, draw: StepDraw, step: torch.Tensor) -> torch.Tensor:
         keep = draw.confidence >= self.threshold
         top = draw.confidence.argmax(-1, keepdim=True)
         return keep.scatter(-1, top, True)

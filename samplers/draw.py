@@ -1,10 +1,13 @@
 """One denoising step's draws from temperature-scaled logits: sample, argmax, entropy, confidence.
 
-Three interchangeable implementations, chosen by `SamplerConfig.random_stream` / `draw`:
-- `draw_reference`: exactly transformers' ops and global-RNG call order (bit-for-bit parity with `generate()`);
-- `draw_exact`: the same maths with one `torch.Generator` per sample (batch-invariant);
-- `draw_fast` (samplers.fast_draw): chunked two-level inverse-CDF from one exp pass, per-sample
-  streams; the sweep default (>= 12x faster than the reference step at full size, `make bench`).
+Every draw function has the signature `draw(logits (B, C, V), u (B, C) float64 uniforms) -> StepDraw`;
+the uniforms come from the counter-based streams (`samplers.streams`), so the sampled token of a
+position is a pure function of its logits and its key. Implementations:
+- `draw_reference`: exactly transformers' ops and global-RNG call order (bit-for-bit parity with
+  `generate()`); it ignores `u` and draws from torch's global generator;
+- `draw_exact`: softmax + inverse CDF over the whole vocabulary in float64 (the plain definition);
+- `draw_fast` (samplers.fast_draw): chunked two-level inverse CDF from one exp pass (the CPU default);
+- `fused_draw` (samplers.triton_draw): the same two-level draw as one Triton kernel (CUDA).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ class StepDraw:
     confidence: torch.Tensor  # (B, C) float32, max softmax probability
 
 
-def draw_reference(logits: torch.Tensor, generators=None, active=None) -> StepDraw:
+def draw_reference(logits: torch.Tensor, u: torch.Tensor | None = None) -> StepDraw:
     """transformers' `_denoising_step` + `EntropyBoundSampler.accept_canvas` ops, global RNG, all rows."""
     b, c, v = logits.shape
     probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
@@ -32,15 +35,18 @@ def draw_reference(logits: torch.Tensor, generators=None, active=None) -> StepDr
     return StepDraw(sampled, argmax, entropy, probs.amax(-1))
 
 
-def draw_exact(logits: torch.Tensor, generators: list[torch.Generator], active: torch.Tensor | None = None) -> StepDraw:
-    """Softmax sampling with each row's own generator; rows not `active` draw nothing (stream untouched)."""
-    b, c, v = logits.shape
+def inverse_cdf(cum: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Index j with cum[j-1] <= target < cum[j] along the last dim, never a zero-mass index."""
+    idx = torch.searchsorted(cum, target[..., None], right=True).squeeze(-1)
+    last_positive = (cum < cum[..., -1:]).sum(-1)  # the last index whose term is > 0
+    return torch.minimum(idx, last_positive)
+
+
+def draw_exact(logits: torch.Tensor, u: torch.Tensor) -> StepDraw:
+    """The plain definition: full softmax, float64 cumulative sum, one uniform per position."""
     probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-    argmax = torch.argmax(logits, dim=-1)
-    sampled = argmax.clone()
-    for i in range(b):
-        if active is None or bool(active[i]):
-            sampled[i] = torch.multinomial(probs[i], num_samples=1, generator=generators[i]).squeeze(-1)
+    cum = probs.double().cumsum(-1)
+    sampled = inverse_cdf(cum, u * cum[..., -1])
     logp = torch.log_softmax(logits.float(), dim=-1)
     entropy = -(probs * logp).nan_to_num().sum(-1)
-    return StepDraw(sampled, argmax, entropy, probs.amax(-1))
+    return StepDraw(sampled, torch.argmax(logits, dim=-1), entropy, probs.amax(-1))

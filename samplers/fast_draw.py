@@ -17,10 +17,10 @@ Threads (CPU): the caller's intra-op threads become block workers, each running 
 On a shared machine a multi-threaded op waits for its slowest core at every barrier; with hundreds of
 small ops per call that made 2-thread OpenMP ~20x slower under load than workers that never sync.
 
-Randomness: one `torch.rand(C, float64)` per active batch row from that row's generator, nothing for
-inactive rows (their stream stays untouched; their `sampled` is the argmax, as in `draw_exact`).
+Randomness: the caller passes one float64 uniform per position (counter-based streams, `samplers.streams`).
 Every block is a slice of one batch row with a shape fixed by (C, V) alone, so row i of a batch gives
-bit-identical results to row i alone (batch invariance).
+bit-identical results to row i alone (batch invariance). `draw_whole` runs the same maths on the whole
+tensor at once, with no threads or Python loops: the form `torch.compile(fullgraph=True)` captures.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from samplers.draw import StepDraw
+from samplers.draw import StepDraw, inverse_cdf
 
 # Bytes of one row block's working buffer: ~2 MiB keeps the block plus its two buffers in L2/L3.
 BLOCK_BYTES = 2 << 20
@@ -54,11 +54,6 @@ def rows_per_block(vocab: int, canvas: int, device: torch.device | str = "cpu") 
     if torch.device(device).type != "cpu":
         return canvas
     return max(1, min(canvas, BLOCK_BYTES // (4 * vocab)))
-
-
-def _last_positive(cum: torch.Tensor) -> torch.Tensor:
-    """Index of the last position whose term is > 0 in a nondecreasing cumulative sum (last dim)."""
-    return (cum < cum[..., -1:]).sum(-1)
 
 
 class _Workspace(threading.local):
@@ -91,9 +86,11 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 
 
 def _reduce_block(
-    xb: torch.Tensor, k: int, shifted: torch.Tensor, expd: torch.Tensor
+    xb: torch.Tensor, k: int, shifted: torch.Tensor | None = None, expd: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For a (R, V) block: chunk maxima, row max, chunk sums of exp(x - max), and sum(e * (x - max))."""
+    """For a (R, V) block: chunk maxima, row max, chunk sums of exp(x - max), and sum(e * (x - max)).
+
+    With `shifted` / `expd` buffers the block works in place in them; without, it allocates (compile path)."""
     r, v = xb.shape
     n_full = v // k
     full = xb[:, : n_full * k].reshape(r, n_full, k)
@@ -101,9 +98,13 @@ def _reduce_block(
     if n_full * k < v:
         cmax = torch.cat([cmax, xb[:, n_full * k :].amax(-1, keepdim=True)], dim=1)
     m = cmax.amax(-1, keepdim=True)
-    torch.sub(xb, m, out=shifted)
-    shifted.clamp_(min=_MIN_SHIFTED)
-    torch.exp(shifted, out=expd)
+    if shifted is None or expd is None:
+        shifted = (xb - m).clamp(min=_MIN_SHIFTED)
+        expd = torch.exp(shifted)
+    else:
+        torch.sub(xb, m, out=shifted)
+        shifted.clamp_(min=_MIN_SHIFTED)
+        torch.exp(shifted, out=expd)
     csum = expd[:, : n_full * k].reshape(r, n_full, k).sum(-1)
     if n_full * k < v:
         csum = torch.cat([csum, expd[:, n_full * k :].sum(-1, keepdim=True)], dim=1)
@@ -120,25 +121,34 @@ def _gather_chunk(x: torch.Tensor, chunk: torch.Tensor, k: int, fill: float) -> 
     return vals.masked_fill(~valid, fill), ids
 
 
-def draw_fast(logits: torch.Tensor, generators: list[torch.Generator], active: torch.Tensor | None = None) -> StepDraw:
+def draw_fast(logits: torch.Tensor, u: torch.Tensor) -> StepDraw:
     """Sample, argmax, entropy (nats) and max probability from temperature-scaled logits (B, C, V).
 
-    `sampled` is distributed as softmax(logits) sampling; rows not `active` consume no randoms and
-    get their argmax. Results match `draw_exact` to float tolerance (draws differ: another algorithm).
-    On CPU the caller's intra-op threads become block workers; every op itself runs single-threaded
-    (small multi-threaded ops wait a scheduler slice whenever another process holds a core).
+    `sampled` is the inverse-CDF token of softmax(logits) for the uniform `u` (B, C) of each position.
+    Results match `draw_exact` to float tolerance. On CPU the caller's intra-op threads become block
+    workers; every op itself runs single-threaded (small multi-threaded ops wait a scheduler slice
+    whenever another process holds a core).
     """
     if logits.device.type != "cpu":
-        return _draw(logits, generators, active, workers=1)
+        return draw_whole(logits, u)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _draw(logits, generators, active, workers=threads)
+        return _draw_blocks(logits, u, workers=threads)
     finally:
         torch.set_num_threads(threads)
 
 
-def _draw(logits: torch.Tensor, generators: list[torch.Generator], active: torch.Tensor | None, workers: int) -> StepDraw:
+def draw_whole(logits: torch.Tensor, u: torch.Tensor) -> StepDraw:
+    """`draw_fast`'s maths on the whole (B*C, V) tensor in one go: no threads, no Python loops (compiles)."""
+    b, c, v = logits.shape
+    flat = logits.float().reshape(b * c, v)
+    k = min(chunk_size(v), v)
+    cmax, rmax, csum, plogp = _reduce_block(flat, k)
+    return _finish(flat, k, cmax, rmax, csum, plogp, u, (b, c))
+
+
+def _draw_blocks(logits: torch.Tensor, u: torch.Tensor, workers: int) -> StepDraw:
     b, c, v = logits.shape
     x = logits.detach()
     if x.dtype != torch.float32:
@@ -157,16 +167,12 @@ def _draw(logits: torch.Tensor, generators: list[torch.Generator], active: torch
 
     def run(part: list[tuple[int, int]]) -> None:
         for lo, hi in part:
-            if x.device.type == "cpu":
-                s_buf, e_buf = (t[: hi - lo] for t in _WORKSPACE.get(rows, v))
-            else:
-                s_buf, e_buf = torch.empty(hi - lo, v, device=x.device), torch.empty(hi - lo, v, device=x.device)
+            s_buf, e_buf = (t[: hi - lo] for t in _WORKSPACE.get(rows, v))
             cm, m, cs, sp = _reduce_block(flat[lo:hi], k, s_buf, e_buf)
             cmax[lo:hi], rmax[lo:hi], csum[lo:hi], plogp[lo:hi] = cm, m, cs, sp
 
     # workers only pay off on big canvases; deciding from (C, V) alone keeps results batch-invariant
-    big = x.device.type == "cpu" and c * v >= POOL_MIN_ELEMENTS
-    workers = min(workers, len(spans)) if big else 1
+    workers = min(workers, len(spans)) if c * v >= POOL_MIN_ELEMENTS else 1
     if workers <= 1:
         run(spans)
     else:
@@ -174,7 +180,11 @@ def _draw(logits: torch.Tensor, generators: list[torch.Generator], active: torch
         futures = [_pool(workers).submit(run, spans[w * step : (w + 1) * step]) for w in range(workers)]
         for f in futures:
             f.result()
+    return _finish(flat, k, cmax, rmax, csum, plogp, u, (b, c))
 
+
+def _finish(flat, k, cmax, rmax, csum, plogp, u, shape) -> StepDraw:
+    """From the chunk statistics: argmax, entropy, confidence and the two-level inverse-CDF sample."""
     # argmax: first chunk holding the row max, then the first max inside it (torch.argmax's tie rule)
     best_chunk = cmax.argmax(-1)
     vals, ids = _gather_chunk(flat, best_chunk, k, float("-inf"))
@@ -185,24 +195,12 @@ def _draw(logits: torch.Tensor, generators: list[torch.Generator], active: torch
     entropy = (z.log() - plogp.double() / z).float()
     confidence = (1.0 / z).float()
 
-    # inverse-CDF sampling, one uniform per position, drawn per active row from its own generator
-    u = torch.zeros(b, c, dtype=torch.float64, device=x.device)
-    draw_row = [active is None or bool(active[i]) for i in range(b)]
-    for i in range(b):
-        if draw_row[i]:
-            u[i] = torch.rand(c, generator=generators[i], dtype=torch.float64, device=x.device)
-    target = u.view(-1) * z
-    chunk = torch.searchsorted(cum, target[:, None], right=True).squeeze(1)
-    chunk = torch.minimum(chunk, _last_positive(cum))
+    # inverse CDF, one uniform per position: pick the chunk, then the token inside it
+    target = u.reshape(-1).double() * z
+    chunk = inverse_cdf(cum, target)
     before = torch.where(chunk > 0, cum.gather(1, (chunk - 1).clamp(min=0)[:, None]).squeeze(1), torch.zeros_like(z))
     vals, ids = _gather_chunk(flat, chunk, k, float("-inf"))
     inner = torch.exp((vals - rmax[:, None]).clamp(min=_MIN_SHIFTED)).double().cumsum(-1)
-    pos = torch.searchsorted(inner, (target - before)[:, None], right=True).squeeze(1)
-    pos = torch.minimum(pos, _last_positive(inner))
-    sampled = ids.gather(1, pos[:, None]).squeeze(1).view(b, c)
-
-    argmax = argmax.view(b, c)
-    if not all(draw_row):
-        keep = torch.tensor(draw_row, device=x.device)[:, None]
-        sampled = torch.where(keep, sampled, argmax)
-    return StepDraw(sampled, argmax, entropy.view(b, c), confidence.view(b, c))
+    pos = inverse_cdf(inner, target - before)
+    sampled = ids.gather(1, pos[:, None]).squeeze(1)
+    return StepDraw(sampled.view(shape), argmax.view(shape), entropy.view(shape), confidence.view(shape))

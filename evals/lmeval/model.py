@@ -9,7 +9,6 @@ choices quoted in the reasoning); the raw reply stays in the row.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from lm_eval.api.model import LM
@@ -18,7 +17,7 @@ from tqdm import tqdm
 
 from evals.lmeval.thoughts import opens_thought, split_thoughts
 from harness.records import GenerationRequest
-from models.base import sample_seed
+from models.base import decode_and_store, sample_seed
 
 UNSUPPORTED = "not supported for block-diffusion decoders; use generative tasks (output_type: generate_until)"
 
@@ -61,24 +60,19 @@ class DecoderLM(LM):
         todo.sort(key=lambda t: -len(t[1].args[0]))  # similar lengths together: less padding per batch
         bar = tqdm(total=len(requests), initial=len(requests) - len(todo), desc=f"lm-eval [{self.decoder.label}]",
                    unit="sample", disable=disable_tqdm or not self.progress)
-        for start in range(0, len(todo), self.batch_size):
-            batch = todo[start : start + self.batch_size]
-            reqs, starts_open = [], []
-            for sid, inst in batch:
-                req, opened = self._request(sid, inst)
-                reqs.append(req)
-                starts_open.append(opened)
-            t0 = time.perf_counter()
-            results = self.decoder.generate(reqs)
-            share = (time.perf_counter() - t0) / len(batch)
-            for (sid, inst), req, opened, res in zip(batch, reqs, starts_open, results, strict=True):
-                res.wall_time_s = share  # amortised, as in harness.evaluate
-                row = {**res.to_dict(), **self._reply(res, req.stop_strings, opened),
-                       "task": inst.task_name, "doc_id": inst.doc_id, "context": inst.args[0]}
-                self.store.append(row)
-                done[sid] = row
-                self.cache_hook.add_partial("generate_until", inst.args, row["reply"])
-            bar.update(len(batch))
+        prepared = {sid: (inst, *self._request(sid, inst)) for sid, inst in todo}
+
+        def make_row(res) -> dict[str, Any]:
+            inst, req, opened = prepared[res.sample_id]
+            return {**res.to_dict(), **self._reply(res, req.stop_strings, opened),
+                    "task": inst.task_name, "doc_id": inst.doc_id, "context": inst.args[0]}
+
+        reqs = [req for _, req, _ in prepared.values()]
+        for row in decode_and_store(self.decoder, reqs, self.batch_size, make_row, self.store.append):
+            inst = prepared[row["sample_id"]][0]
+            done[row["sample_id"]] = row
+            self.cache_hook.add_partial("generate_until", inst.args, row["reply"])
+            bar.update(1)
         bar.close()
         for sid in ids:
             self.rows[sid] = done[sid]
