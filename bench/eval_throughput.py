@@ -1,5 +1,6 @@
-"""Sudoku 6x6 throughput vs batch size: samples/s of our loop (per-sample streams, fast draws) and of
-transformers' `generate()` on the same puzzles, with solved rate, TPF and steps alongside.
+"""Sudoku 6x6 throughput vs batch size: samples/s of our engine (continuous batching, per-sample streams,
+fast draws) and of transformers' `generate()` on the same puzzles, with solved rate, TPF, steps, row
+utilization and whether every sample's tokens equal those at the first batch size.
 
 Uses the shipped checkpoint (models/checkpoints/sudoku6_diffusion) when it loads; otherwise a random
 model of the same shape, and the output says so (its solved rate means nothing, its speed does).
@@ -64,41 +65,40 @@ def _solved(puzzle: str, solution: str, text: str) -> float:
 
 
 def bench_batch(adapter, items: list[tuple[str, str]], b: int, seed: int = 0) -> dict[str, Any]:
+    """Ours streams all puzzles with `b` rows in flight (continuous batching); `generate()` decodes them in
+    consecutive batches of `b`. Same puzzles, same model, one process."""
     from harness.decode import BlockDiffusionDecoder
-    from harness.records import GenerationRequest
+    from harness.records import GenerationRequest, decode_metrics
     from samplers.config import EntropyBoundConfig
 
     dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())  # per_sample streams, fast draws
     tok, cells = adapter.tokenizer, 36
-    t_ours = t_hf = 0.0
-    solved_ours = solved_hf = tokens = nfe = steps = canvases = 0.0
-    hf_forwards = 0.0
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p, _ in items]
+    reqs = [GenerationRequest(f"{i}", ids, seed=seed + i, max_new_tokens=cells) for i, ids in enumerate(prompts)]
+    t0 = time.perf_counter()
+    res = {r.sample_id: r for r in dec.stream(reqs, batch_size=b)}
+    t_ours = time.perf_counter() - t0
+    t_hf = hf_forwards = solved_hf = 0.0
     for start in range(0, len(items), b):
         chunk = items[start : start + b]
-        ids = torch.tensor([tok(p, add_special_tokens=False)["input_ids"] for p, _ in chunk])
-        reqs = [GenerationRequest(f"{start + i}", ids[i].tolist(), seed=seed + start + i, max_new_tokens=cells)
-                for i in range(len(chunk))]
-        t0 = time.perf_counter()
-        res = dec.generate(reqs)
-        t_ours += time.perf_counter() - t0
+        ids = torch.tensor(prompts[start : start + b])
         torch.manual_seed(seed + start)
         t0 = time.perf_counter()
         out = adapter.model.generate(ids, max_new_tokens=cells, pad_token_id=0, eos_token_id=1)
         t_hf += time.perf_counter() - t0
         hf_forwards += float((torch.full((len(chunk),), float(cells)) / torch.as_tensor(out.tokens_per_forward).float()).sum())
-        for (p, s), r, row in zip(chunk, res, out.sequences[:, -cells:].tolist()):
-            solved_ours += _solved(p, s, r.text)
+        for (p, s), row in zip(chunk, out.sequences[:, -cells:].tolist(), strict=True):
             solved_hf += _solved(p, s, tok.decode(row, skip_special_tokens=True))
-            tokens += r.num_tokens
-            nfe += r.nfe
-            steps += sum(r.steps_per_canvas)
-            canvases += len(r.steps_per_canvas)
+    ordered = [res[r.sample_id] for r in reqs]
+    solved_ours = sum(_solved(p, s, r.text) for (p, s), r in zip(items, ordered, strict=True))
+    m = decode_metrics([r.to_dict() for r in ordered])
     n = len(items)
     return {"batch": b, "samples": n, "ours_samples_per_s": n / t_ours, "generate_samples_per_s": n / t_hf,
-            "ratio": t_hf / t_ours, "ours_tokens_per_s": tokens / t_ours, "ours_tpf": tokens / nfe if nfe else 0.0,
+            "ratio": t_hf / t_ours, "ours_tokens_per_s": m["num_tokens"] / t_ours, "ours_tpf": m["tpf"],
             "generate_tpf": n * cells / hf_forwards if hf_forwards else 0.0,
-            "ours_mean_steps": steps / canvases if canvases else 0.0,
-            "ours_solved_rate": solved_ours / n, "generate_solved_rate": solved_hf / n, "ours_s": t_ours, "generate_s": t_hf}
+            "ours_mean_steps": m["mean_steps_per_canvas"], "row_utilization": m["row_utilization"],
+            "ours_solved_rate": solved_ours / n, "generate_solved_rate": solved_hf / n, "ours_s": t_ours, "generate_s": t_hf,
+            "tokens": [r.token_ids for r in ordered]}
 
 
 def run(batches: list[int], samples: int = 64, threads: int | None = 1, out_dir: str | None = None,
@@ -108,17 +108,22 @@ def run(batches: list[int], samples: int = 64, threads: int | None = 1, out_dir:
     adapter, note = load_model(Path(model_path) if model_path else SHIPPED)
     info = machine_info()
     items = puzzles(max(samples, max(batches)))
-    rows = []
-    for b in batches:
-        n = max(b, samples) // b * b  # whole batches only
-        rows.append(bench_batch(adapter, items[:n], b))
+    rows = [bench_batch(adapter, items[: max(b, samples) // b * b], b) for b in batches]  # whole batches only
+    base = rows[0]
+    for r in rows:  # same puzzles, so per-sample outputs must not depend on the batch size
+        n = min(len(r["tokens"]), len(base["tokens"]))
+        r["same_tokens_as_first"] = r["tokens"][:n] == base["tokens"][:n]
+        r["vs_first_batch"] = r["ours_samples_per_s"] / base["ours_samples_per_s"]
+    for r in rows:
+        del r["tokens"]
     payload = {"bench": "eval_throughput", "machine": info, "model": note, "rows": rows}
     path = write_json("eval_throughput", payload, **({"out_dir": out_dir} if out_dir else {}))
     if not quiet:
         print_machine(info)
         print(f"model: {note}")
-        print(table(rows, ["batch", "samples", "ours_samples_per_s", "generate_samples_per_s", "ratio", "ours_tpf",
-                           "generate_tpf", "ours_mean_steps", "ours_solved_rate", "generate_solved_rate"]))
+        print(table(rows, ["batch", "samples", "ours_samples_per_s", "generate_samples_per_s", "ratio", "vs_first_batch",
+                           "row_utilization", "same_tokens_as_first", "ours_tpf", "generate_tpf", "ours_mean_steps",
+                           "ours_solved_rate", "generate_solved_rate"]))
         print(f"wrote {path}")
     return payload
 

@@ -55,16 +55,37 @@ def process_logits(x: torch.Tensor, softcap: float | None, temperature: torch.Te
     return x.div_(temperature[:, None, None])
 
 
-def sampler_step(cfg: SamplerConfig, draw, x: torch.Tensor, temperature: torch.Tensor, softcap: float | None,
+def torch_sampling(draw):
+    """`sample(raw, temperature, softcap, u)` from a torch draw: process the logits in place, then draw.
+    The processed logits stay in `raw`, which is the next step's self-conditioning input."""
+    def sample(x: torch.Tensor, temperature: torch.Tensor, softcap: float | None, u: torch.Tensor) -> StepDraw:
+        return draw(process_logits(x, softcap, temperature), u)
+    return sample
+
+
+def fused_sampling(processed_out: torch.Tensor):
+    """`sample(...)` through the fused Triton kernel: one read of the raw logits; the processed logits (the
+    next step's self-conditioning input) are written to `processed_out` (B_max, C, V), in the model dtype."""
+    from samplers.triton_draw import fused_draw
+
+    def sample(x: torch.Tensor, temperature: torch.Tensor, softcap: float | None, u: torch.Tensor) -> StepDraw:
+        b, c, v = x.shape
+        out = fused_draw(x.reshape(b * c, v), temperature.repeat_interleave(c), u.reshape(-1), softcap,
+                         processed_out[:b].view(b * c, v))
+        return StepDraw(*(t.view(b, c) for t in out))
+    return sample
+
+
+def sampler_step(cfg: SamplerConfig, sample, x: torch.Tensor, temperature: torch.Tensor, softcap: float | None,
                  keys: torch.Tensor, canvas: torch.Tensor, history: torch.Tensor, vocab: int) -> StepOutput:
     """Everything of one denoising step after the forward, for rows each at their own step.
 
-    `x` (B, C, V) raw logits, processed in place; `keys` (3, B) int64: seed, canvas index and step of
-    each row. Pure tensor code with no host reads, so it can be captured whole by `torch.compile`.
+    `x` (B, C, V) raw logits; `sample` is `torch_sampling(draw)` or `fused_sampling(...)`; `keys` (3, B)
+    int64: seed, canvas index and step of each row. Pure tensor code with no host reads, so it can be
+    captured whole by `torch.compile`.
     """
     seed, canvas_idx, step = keys[0], keys[1], keys[2]
-    x = process_logits(x, softcap, temperature)
-    d: StepDraw = draw(x, streams.uniforms(seed, canvas_idx, step, canvas.shape[1], streams.SAMPLE))
+    d: StepDraw = sample(x, temperature, softcap, streams.uniforms(seed, canvas_idx, step, canvas.shape[1], streams.SAMPLE))
     keep = cfg.remask(cfg.accept(d, step), d.confidence)
     noise = streams.tokens(seed, canvas_idx, step, canvas.shape[1], vocab, streams.RENOISE)
     new_canvas = torch.where(keep, d.sampled, noise)
@@ -78,6 +99,40 @@ def sampler_step(cfg: SamplerConfig, draw, x: torch.Tensor, temperature: torch.T
     else:
         finished = torch.zeros_like(mean_entropy, dtype=torch.bool)
     return StepOutput(new_canvas, d.argmax, history, finished, keep.sum(-1), mean_entropy)
+
+
+def _triton() -> bool:
+    from samplers.triton_draw import available
+
+    return available()
+
+
+class _Logits:
+    """The step's full-size logits buffers, allocated once per decode and reused every step.
+
+    Torch path: one float32 (B, C, V) tensor: the LM head writes the raw logits into it, softcap and
+    temperature run in place, and it is the next step's self-conditioning input (`sc` is `raw`).
+    Fused path: `raw` in the model dtype plus `sc` in the model dtype, which the kernel writes while it
+    reads `raw` (the next forward reads `sc` before the LM head overwrites `raw`)."""
+
+    def __init__(self, c: int, v: int, device: torch.device, fused_dtype: torch.dtype | None):
+        self.shape, self.device, self.fused_dtype = (c, v), device, fused_dtype
+        self.raw = self.sc = torch.empty(0, c, v, device=device)
+        self.capacity = 0
+
+    def grow(self, b: int, sample_fused: bool) -> None:
+        """Grow to `b` rows (only while the first rows are admitted; later admissions refill freed rows)."""
+        old_sc = self.sc
+        self.raw = torch.empty(b, *self.shape, dtype=self.fused_dtype or torch.float32, device=self.device)
+        self.sc = torch.empty(b, *self.shape, dtype=self.fused_dtype, device=self.device) if sample_fused else self.raw
+        self.sc[: old_sc.shape[0]].copy_(old_sc)
+        self.capacity = b
+
+    def move_up(self, keep: list[int], sc_rows: list[bool]) -> None:
+        """Rows `keep` become rows 0..len(keep)-1 in place (ascending, so no row is overwritten before it moves)."""
+        for j, i in enumerate(keep):
+            if i != j and sc_rows[i]:
+                self.sc[j].copy_(self.sc[i])
 
 
 @dataclass
@@ -101,6 +156,9 @@ class BlockDiffusionDecoder:
         self.model, self.sampler = model, sampler
         self.tokenizer = model.tokenizer
         self.canvas_length = sampler.canvas_length or model.canvas_length
+        self.fused = sampler.draw == "fused" or (sampler.draw == "fast" and model.device.type == "cuda" and _triton())
+        if sampler.draw == "fused" and not _triton():
+            raise ValueError("sampler.draw=fused needs Triton and a CUDA device (or TRITON_INTERPRET=1 for tests)")
         self._draw = draw_exact if sampler.draw == "exact" else draw_fast
 
     def encode(self, prompt) -> list[int]:
@@ -134,7 +192,8 @@ class BlockDiffusionDecoder:
         queue = iter(requests)
         rows: list[_Row] = []
         state = canvas = history = masks = None
-        workspace = torch.empty(0, c, v, dtype=torch.float32, device=dev)
+        logits = _Logits(c, v, dev, model.dtype if self.fused else None)
+        sample = fused_sampling(logits.sc) if self.fused else torch_sampling(self._draw)
         sc_rows: list[bool] = []
         exhausted = False
         while True:
@@ -155,20 +214,19 @@ class BlockDiffusionDecoder:
             if not rows:
                 return
             b = len(rows)
-            if workspace.shape[0] < b:  # grows only while rows are being admitted at step 0
-                old, workspace = workspace, torch.empty(b, c, v, dtype=torch.float32, device=dev)
-                workspace[: old.shape[0]].copy_(old)
-                del old
+            if logits.capacity < b:
+                logits.grow(b, sample_fused=self.fused)
+                sample = fused_sampling(logits.sc) if self.fused else sample
             if changed or masks is None:
                 masks = model.canvas_masks(state, c)
 
-            x = workspace[:b]
-            x = model.denoise(state, canvas, masks, x if any(sc_rows) else None, sc_rows, out=x)
+            x = model.denoise(state, canvas, masks, logits.sc[:b] if any(sc_rows) else None, sc_rows,
+                              out=logits.raw[:b])
             keys = torch.tensor([[r.req.seed for r in rows], [r.canvas_idx for r in rows], [r.step for r in rows]],
                                 dtype=torch.long)  # host-known: copied to the device, never read back
             temperature = cfg.temperatures(keys[2]).to(dev)
             keys = keys.to(dev)
-            out = sampler_step(cfg, self._draw, x, temperature, model.softcap, keys, canvas, history, v)
+            out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas, history, v)
             canvas, history = out.canvas, out.history
             packed = torch.cat([out.finished.long()[:, None], out.kept[:, None], out.argmax], dim=1)
             host = packed.cpu().tolist()  # the one device read of the step
@@ -216,9 +274,7 @@ class BlockDiffusionDecoder:
                 gone = set(leaving)
                 keep = [i for i in range(b) if i not in gone]
                 state = model.select(state, keep)
-                for j, i in enumerate(keep):  # move self-conditioning rows up in place (no second buffer)
-                    if i != j and sc_rows[i]:
-                        workspace[j].copy_(workspace[i])
+                logits.move_up(keep, sc_rows)
                 idx = torch.tensor(keep, device=dev, dtype=torch.long)
                 canvas, history = canvas[idx], history[:, idx]
                 now = time.perf_counter()

@@ -30,10 +30,59 @@ def build_decoder(model, sampler):
     return BlockDiffusionDecoder(model, sampler) if getattr(model, "kind", None) == "diffusion" else model
 
 
+# lm-eval builds its prompts only while it runs; the memory check assumes prompts up to this long for them.
+LM_EVAL_PROMPT_TOKENS = 2048
+
+
+def plan_batch_size(cfg: DictConfig, ev, sampler) -> int:
+    """The batch size to decode with, checked against a memory estimate before any weights load.
+
+    For block-diffusion models the peak (weights, KV cache for the longest prompt + max_new_tokens, the
+    logits workspace, activations; `models.memory`) is compared with the device's free memory: a batch
+    that cannot fit fails here naming `batch_size`; `batch_size=auto` picks the largest that fits (at
+    most the number of items)."""
+    bs = cfg.batch_size
+    if bs != "auto" and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 1):
+        raise ValueError(f"batch_size: must be an integer >= 1 or 'auto', got {bs!r}")
+    if not str(cfg.model.get("_target_", "")).endswith("DiffusionGemmaAdapter") or cfg.model.get("device_map"):
+        if bs == "auto":
+            raise ValueError("batch_size=auto needs a block-diffusion model on one device (the memory estimate)")
+        return bs
+    from transformers import AutoTokenizer
+
+    from models import memory
+    from models.base import encode_prompt, resolve_model_ref
+
+    path = resolve_model_ref(str(cfg.model.path), "model.path")
+    config = memory.load_config(path, revision=cfg.model.get("revision"))
+    try:
+        items = ev.items()
+    except NotImplementedError:  # self-driving evals (lm-eval)
+        items = None
+    if items is not None:
+        tok = AutoTokenizer.from_pretrained(path, revision=cfg.model.get("revision"))
+        prompt = max(len(encode_prompt(tok, it.prompt, cfg.model.get("enable_thinking"))) for it in items)
+    else:
+        prompt = LM_EVAL_PROMPT_TOKENS
+    canvas = sampler.canvas_length or config.canvas_length
+    context = prompt + -(-ev.max_new_tokens // canvas) * canvas
+    dtype_bytes = memory.dtype_bytes_of(str(cfg.model.get("dtype", "auto")), config)
+    free = memory.free_memory_bytes(str(cfg.model.get("device", "cpu")))
+    kwargs = {"prompt_tokens": prompt, "attn_implementation": cfg.model.get("attn_implementation") or "sdpa"}
+    max_batch = len(items) if items else 1024
+    if bs == "auto":
+        bs = memory.largest_batch_that_fits(config, context, canvas, dtype_bytes, free, max_batch=max_batch, **kwargs)
+        log.info("batch_size=auto: %d (context %d tokens, %.1f GiB free)", bs, context, free / memory.GIB)
+        return bs
+    memory.check_batch_fits(config, bs, context, canvas, dtype_bytes, free, **kwargs)
+    return bs
+
+
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     sampler = instantiate(cfg.sampler)
     ev = instantiate(cfg.eval)
     check_model_path(cfg.model)
+    batch_size = plan_batch_size(cfg, ev, sampler)
     logger = instantiate(cfg.logger)
     store = ResultStore(run_dir)
     if not cfg.resume:
@@ -49,7 +98,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
                 "sampler": sampler.knobs() if decoder.label == "diffusion" else {}, "seed": cfg.seed, "decoder": info}
     logger.start(run_name=cfg.run_name, group=str(cfg.sweep_name), config=OmegaConf.to_container(cfg, resolve=True),
                  run_dir=str(store.run_dir))
-    metrics = ev.run(decoder, store, batch_size=cfg.batch_size, seed=cfg.seed)
+    metrics = ev.run(decoder, store, batch_size=batch_size, seed=cfg.seed)
+    metrics["batch_size"] = batch_size
     metrics["run"] = run_info
     store.write_metrics(metrics)
     logger.finish(metrics, ev.scored_rows(store))

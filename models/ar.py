@@ -20,31 +20,13 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Genera
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from harness.records import GenerationRequest, GenerationResult
-from models.base import Prompt, cut_at_stop, default_eos_ids, encode_prompt, stream_in_batches
+from models.base import Prompt, cut_at_stop, default_eos_ids, encode_prompt, resolve_model_ref, stream_in_batches
 from models.forward_counter import ForwardCounter, RowFinishRecorder, StepStreamer
 from models.gemma4_mtp import ASSISTANT_MODEL_TYPES, export_shared_kv, load_assistant
 
 DEFAULT_MODEL = "google/gemma-4-26B-A4B-it"
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def resolve_model_ref(ref: str, what: str) -> str:
-    """A hub id as is, or a local folder as an existing path (relative ones may be relative to the repo root).
-
-    Fails fast on a local-looking path that does not exist, before any weights load. Hub ids have one "/".
-    """
-    if not ref:
-        raise ValueError(f"{what}: empty model id/path")
-    path = Path(ref).expanduser()
-    if path.is_dir():
-        return str(path)
-    if not path.is_absolute() and (REPO_ROOT / path).is_dir():
-        return str(REPO_ROOT / path)
-    if ref.startswith(("/", "./", "../", "~")) or ref.count("/") >= 2:
-        raise FileNotFoundError(f"{what}: local model folder {ref!r} does not exist (not even under {REPO_ROOT})")
-    return ref
 
 
 def load_causal_lm(ref: str, dtype: str, device: str | None, device_map: Any, attn_implementation: str | None, loader=None):

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import time
+from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
 from harness.records import GenerationRequest, GenerationResult
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 Prompt = str | list[dict[str, Any]]  # raw text, or chat messages rendered with the checkpoint's template
 
 
@@ -77,6 +79,23 @@ def default_eos_ids(generation_config, tokenizer) -> list[int]:
     if not ids:
         raise ValueError("no EOS token id in the generation config or tokenizer; pass eos_token_ids")
     return sorted(ids)
+
+
+def resolve_model_ref(ref: str, what: str) -> str:
+    """A hub id as is, or a local folder as an existing path (relative ones may be relative to the repo root).
+
+    Fails fast on a local-looking path that does not exist, before any weights load. Hub ids have one "/".
+    """
+    if not ref:
+        raise ValueError(f"{what}: empty model id/path")
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        return str(path)
+    if not path.is_absolute() and (REPO_ROOT / path).is_dir():
+        return str(REPO_ROOT / path)
+    if ref.startswith(("/", "./", "../", "~")) or ref.count("/") >= 2:
+        raise FileNotFoundError(f"{what}: local model folder {ref!r} does not exist (not even under {REPO_ROOT})")
+    return ref
 
 
 def sample_seed(run_seed: int, sample_id: str) -> int:

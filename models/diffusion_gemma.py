@@ -16,8 +16,11 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 from transformers.cache_utils import DynamicCache
 
 from models import kv_rows
-from models.base import Prompt, default_eos_ids, encode_prompt
+from models.base import Prompt, default_eos_ids, encode_prompt, resolve_model_ref
 
+# Logits are made and read in blocks of canvas positions of at most this many float32 bytes, so the only
+# full-size logits tensor is the caller's output (the block size depends on (C, V) alone: batch invariance).
+LOGITS_BLOCK_BYTES = 64 << 20
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
 
@@ -62,6 +65,7 @@ class DiffusionGemmaAdapter:
             raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
         if num_threads:
             torch.set_num_threads(num_threads)
+        path = resolve_model_ref(path, "model.path")
         self.path, self.name = path, name or Path(path).name
         kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision}
         if device_map:
@@ -185,6 +189,7 @@ class DiffusionGemmaAdapter:
             config=self.config, inputs_embeds=dummy, attention_mask=full_mask, past_key_values=cache, position_ids=positions
         )
         self._encoder(input_ids=input_ids.contiguous(), attention_mask=masks, past_key_values=cache, position_ids=positions)
+        kv_rows.release_views(cache)
 
     def canvas_masks(self, state: ContextState, canvas_length: int) -> dict:
         """Decoder attention masks for a canvas over the current context (built once per batch change)."""
@@ -209,23 +214,28 @@ class DiffusionGemmaAdapter:
         w = dec.embed_tokens.weight
         embeds = dec.embed_tokens(canvas)
         soft = torch.zeros_like(embeds)
+        b, c = canvas.shape
+        block = max(1, min(c, LOGITS_BLOCK_BYTES // (4 * self.vocab_size)))  # positions: depends on (C, V) only
+        spans = [(j, min(j + block, c)) for j in range(0, c, block)]
         if sc is not None:
             scale = dec.embed_tokens.embed_scale.to(embeds.dtype)
-            for i in range(canvas.shape[0]):
+            for i in range(b):
                 if sc_rows is None or sc_rows[i]:  # as transformers: softmax in float32 of the model-dtype logits
-                    probs = sc[i].to(w.dtype).softmax(dim=-1, dtype=torch.float32).to(w.dtype)
-                    soft[i] = torch.matmul(probs, w) * scale
+                    for lo, hi in spans:
+                        probs = sc[i, lo:hi].to(w.dtype).softmax(dim=-1, dtype=torch.float32).to(w.dtype)
+                        soft[i, lo:hi] = torch.matmul(probs, w) * scale
         hidden = dec.self_conditioning(embeds, soft)
-        positions = state.next_position[:, None] + torch.arange(canvas.shape[1], device=canvas.device)
+        positions = state.next_position[:, None] + torch.arange(c, device=canvas.device)
         hidden = self._decoder_layers(hidden, positions, masks, state.cache)
         if out is None:
-            out = torch.empty((*canvas.shape, self.vocab_size), dtype=torch.float32, device=canvas.device)
+            out = torch.empty((b, c, self.vocab_size), dtype=torch.float32, device=canvas.device)
         head = self.model.lm_head.weight
-        for i in range(canvas.shape[0]):
-            if out.dtype == head.dtype:
-                torch.matmul(hidden[i], head.t(), out=out[i])
-            else:
-                out[i].copy_(torch.matmul(hidden[i], head.t()))
+        for i in range(b):
+            for lo, hi in spans:
+                if out.dtype == head.dtype:
+                    torch.matmul(hidden[i, lo:hi], head.t(), out=out[i, lo:hi])
+                else:
+                    out[i, lo:hi].copy_(torch.matmul(hidden[i, lo:hi], head.t()))
         return out
 
     def _decoder_layers(self, hidden, positions, masks, cache):

@@ -89,3 +89,13 @@ def concat(a, b):
         la.keys = torch.cat([la.keys, lb.keys], dim=0)
         la.values = torch.cat([la.values, lb.values], dim=0)
     return a
+
+
+def release_views(cache) -> None:
+    """Sliding layers keep a view of the last window - 1 slots of a larger concatenation, which pins the whole
+    concatenation (a long prompt's K/V for every sliding layer): copy such views so the rest can be freed."""
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            t = getattr(layer, name)
+            if t is not None and t.numel() and t.untyped_storage().nbytes() > 2 * t.numel() * t.element_size():
+                setattr(layer, name, t.clone())

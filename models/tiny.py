@@ -92,11 +92,15 @@ def ar_config(vocab_size: int, hidden: int = 64, layers: int = 2, heads: int = 2
     )
 
 
-def build_diffusion(out_dir: str | Path, seed: int = 0, sharpen: float | None = None, **config_kwargs) -> Path:
-    """Save a random tiny DiffusionGemma checkpoint + char tokenizer under `out_dir`."""
+def build_diffusion(out_dir: str | Path, seed: int = 0, sharpen: float | None = None, vocab_size: int | None = None,
+                    **config_kwargs) -> Path:
+    """Save a random tiny DiffusionGemma checkpoint + char tokenizer under `out_dir`.
+
+    `vocab_size` above the tokenizer's gives real-size logits (e.g. 262,144 for memory benches); the
+    extra ids decode to nothing."""
     tok = char_tokenizer()
     torch.manual_seed(seed)
-    model = DiffusionGemmaForBlockDiffusion(diffusion_config(vocab_size_for(tok), **config_kwargs))
+    model = DiffusionGemmaForBlockDiffusion(diffusion_config(vocab_size or vocab_size_for(tok), **config_kwargs))
     if sharpen:
         sharpen_to_copy(model, sharpen)
     return _save(model, tok, out_dir)

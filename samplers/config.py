@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # torch is imported lazily so a bad config fails before the h
 
 TEMPERATURE_SCHEDULES = ("linear", "cosine", "constant")
 RANDOM_STREAMS = ("per_sample", "reference")
-DRAWS = ("fast", "exact")
+DRAWS = ("fast", "fused", "exact")
 
 
 class SamplerConfigError(ValueError):
@@ -49,7 +49,7 @@ class SamplerConfig:
     remask_ratio: float = 0.0  # re-noise this fraction of the least confident accepted tokens (ReMDM-style)
     canvas_length: int | None = None  # None: the model's own canvas length
     random_stream: str = "per_sample"  # per_sample (batch-invariant) | reference (bit-for-bit generate())
-    draw: str = "fast"  # per_sample draws: fast (two-level inverse CDF; fused Triton kernel on CUDA) | exact
+    draw: str = "fast"  # fast (fused Triton kernel on CUDA, blocked torch on CPU) | fused (the kernel always) | exact
     capture_trajectory: bool = False  # record the argmax canvas + mean entropy at every step
 
     def __post_init__(self) -> None:
