@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 import argparse
 import time
 from pathlib import Path
@@ -114,9 +116,15 @@ def syncs_per_step(adapter, batch: int, n: int, max_new_tokens: int) -> float:
         for name in names:
             delattr(adapter, name)
     events = prof.events()
-    spans = [(e.time_range.start, e.time_range.end) for e in events if e.name.startswith("model::")]
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("model::"))
+    starts = [a for a, _ in spans]
+
+    def inside_model(e) -> bool:  # model calls never overlap: only the last span starting before e can hold it
+        i = bisect.bisect_right(starts, e.time_range.start) - 1
+        return i >= 0 and e.time_range.end <= spans[i][1]
+
     syncs = sum(1 for e in events if e.name == "aten::_local_scalar_dense"
-                and not any(s <= e.time_range.start and e.time_range.end <= t for s, t in spans))
+                and not inside_model(e))
     return syncs / max(1, sum(1 for e in events if e.name == "model::denoise"))
 
 

@@ -1,4 +1,8 @@
-"""Shared fixtures: tiny real checkpoints built once per session (no downloads), one CPU thread."""
+"""Shared fixtures: tiny real checkpoints built once per session (no downloads), one CPU thread.
+
+Helpers shared by several test modules live in `tests/helpers/`. Tiers (markers registered in pyproject.toml):
+`slow`, `sandbox` and `gpu` tests are left out by `make test-fast`; `gpu` tests skip where CUDA is absent.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,21 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Without a GPU, Triton kernels can only run in its interpreter, and Triton reads this flag when it is first
+# imported (transformers may import it while tests are collected). CPU decodes never pick the kernel unless
+# a test asks for `sampler.draw=fused`.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    no_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(no_gpu)
 
 
 @pytest.fixture(scope="session")

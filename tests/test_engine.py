@@ -3,6 +3,8 @@ time and resume (bit for bit), every computed row useful, one host read per step
 
 from __future__ import annotations
 
+import bisect
+
 import pytest
 import torch
 
@@ -34,6 +36,7 @@ def _key(res):
     return (res.token_ids, res.nfe, res.steps_per_canvas, res.accepted_per_step, res.step_cap_hits, res.encoder_forwards)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["medium_diffusion_dir", "windowed_dir"])
 @pytest.mark.parametrize("sampler", [EntropyBoundConfig(), ConfidenceTopKConfig(max_steps=6, remask_ratio=0.2)],
                          ids=["entropy_bound", "topk_remask"])
@@ -116,24 +119,32 @@ def _syncs_outside_forward(dec, reqs, batch_size):
         for name in inner:
             delattr(adapter, name)
     events = prof.events()
-    spans = [(e.time_range.start, e.time_range.end) for e in events if e.name.startswith("model::")]
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("model::"))
+    starts = [a for a, _ in spans]
+
+    def inside_model(e) -> bool:  # model calls never overlap: only the last span starting before e can hold it
+        i = bisect.bisect_right(starts, e.time_range.start) - 1
+        return i >= 0 and e.time_range.end <= spans[i][1]
+
     syncs = [e for e in events if e.name == "aten::_local_scalar_dense"
-             and not any(s <= e.time_range.start and e.time_range.end <= t for s, t in spans)]
+             and not inside_model(e)]
     steps = sum(1 for e in events if e.name == "model::denoise")
     return len(syncs) / steps, results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 32])
 def test_at_most_one_host_sync_per_step(adapter_factory, medium_diffusion_dir, batch_size):
     adapter = adapter_factory(medium_diffusion_dir)
     dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
-    prompts = (PROMPTS * 3)[:32]
+    prompts = (PROMPTS * 4)[: max(4, batch_size * 3 // 2)]  # at 32: rows leave, commit and are refilled
     reqs = [GenerationRequest(f"s{i}", adapter.encode(p), seed=i, max_new_tokens=16) for i, p in enumerate(prompts)]
     per_step, results = _syncs_outside_forward(dec, reqs, batch_size)
-    assert len(results) == 32
+    assert len(results) == len(prompts)
     assert per_step <= 1.0, per_step
 
 
+@pytest.mark.slow
 def test_the_step_compiles_whole_on_cpu():
     """Everything after the forward (softcap, temperature, draw, accept, remask, re-noise, stop) in one graph."""
     from samplers.fast_draw import draw_whole
