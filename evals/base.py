@@ -27,9 +27,14 @@ class Eval(ABC):
     name: str = "eval"
 
     def __init__(self, max_new_tokens: int = 256, stop_strings: list[str] | None = None, limit: int | None = None):
-        self.max_new_tokens = max_new_tokens
-        self.stop_strings = list(stop_strings or [])
-        self.limit = limit
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"eval.max_new_tokens: must be an integer >= 1, got {max_new_tokens!r}")
+        stops = list(stop_strings or [])
+        if any(not isinstance(s, str) or not s for s in stops):
+            raise ValueError(f"eval.stop_strings: every stop string must be a non-empty string, got {stops!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"eval.limit: must be null (all items) or an integer >= 1, got {limit!r}")
+        self.max_new_tokens, self.stop_strings, self.limit = max_new_tokens, stops, limit
 
     @abstractmethod
     def items(self) -> list[EvalItem]:

@@ -156,6 +156,8 @@ class BlockDiffusionDecoder:
         self.model, self.sampler = model, sampler
         self.tokenizer = model.tokenizer
         self.canvas_length = sampler.canvas_length or model.canvas_length
+        self.resumable = sampler.random_stream != "reference"
+        self.why_not_resumable = "random_stream=reference draws from one global stream per run"
         self.fused = sampler.draw == "fused" or (sampler.draw == "fast" and model.device.type == "cuda" and _triton())
         if sampler.draw == "fused" and not _triton():
             raise ValueError("sampler.draw=fused needs Triton and a CUDA device (or TRITON_INTERPRET=1 for tests)")

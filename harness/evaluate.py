@@ -35,7 +35,7 @@ def run_items(ev, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=f"{ev.name} [{decoder.label}]", unit="sample")
     tokens = sum(r["num_tokens"] for r in done.values())
     nfe = sum(r["nfe"] for r in done.values())
-    for row in decode_and_store(decoder, requests, batch_size, make_row, store.append):
+    for row in decode_and_store(decoder, requests, batch_size, make_row, store.append, resumed=bool(done)):
         done[row["sample_id"]] = row
         tokens, nfe = tokens + row["num_tokens"], nfe + row["nfe"]
         bar.update(1)

@@ -78,7 +78,16 @@ def plan_batch_size(cfg: DictConfig, ev, sampler) -> int:
     return bs
 
 
+def check_top_level(cfg: DictConfig) -> None:
+    """Type the top-level knobs: `resume=no` or `seed=1.5` must fail, not silently mean something else."""
+    if not isinstance(cfg.resume, bool):
+        raise ValueError(f"resume: must be true or false, got {cfg.resume!r}")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
+        raise ValueError(f"seed: must be an integer >= 0, got {cfg.seed!r}")
+
+
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    check_top_level(cfg)
     sampler = instantiate(cfg.sampler)
     ev = instantiate(cfg.eval)
     check_model_path(cfg.model)

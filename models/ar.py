@@ -89,6 +89,9 @@ class ARDecoder:
             torch.set_num_threads(num_threads)
         self.path, self.name, self.dtype = path, name or Path(path).name, dtype
         self.do_sample, self.temperature, self.top_p, self.top_k = do_sample, temperature, top_p, top_k
+        # sampled batches draw from one stream seeded by their first request: the batch shapes each sample
+        self.resumable = not do_sample
+        self.why_not_resumable = "sampled batches share one random stream seeded by their first request"
         self.enable_thinking = enable_thinking
         self.device_map, self.attn_implementation = device_map, attn_implementation
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -230,6 +233,7 @@ class AssistedARDecoder(ARDecoder):
             )
         self.is_mtp = draft_type in ASSISTANT_MODEL_TYPES
         self.label = "ar+mtp" if self.is_mtp else "ar+draft"
+        self.resumable = True  # one request at a time, seeded by its own seed
         if self.is_mtp and num_assistant_tokens_schedule != "constant":
             raise ValueError("an MTP drafter drafts a fixed num_assistant_tokens; use num_assistant_tokens_schedule=constant")
         super().__init__(path=path, **kwargs)

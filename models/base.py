@@ -23,6 +23,7 @@ Prompt = str | list[dict[str, Any]]  # raw text, or chat messages rendered with 
 class Decoder(Protocol):
     label: str  # "diffusion" | "ar" | "ar+mtp" | "ar+draft": the series name in tables and plots
     tokenizer: Any
+    resumable: bool  # a partly done run continues with exactly the samples an uninterrupted run gives
 
     def encode(self, prompt: Prompt) -> list[int]:
         """Token ids for a prompt (chat messages go through the chat template, thinking on/off from config)."""
@@ -57,10 +58,16 @@ def stream_in_batches(generate: Callable[[list[GenerationRequest]], list[Generat
 
 def decode_and_store(decoder: Decoder, requests: list[GenerationRequest], batch_size: int,
                      make_row: Callable[[GenerationResult], dict[str, Any]],
-                     store: Callable[[dict[str, Any]], None]) -> Iterator[dict[str, Any]]:
+                     store: Callable[[dict[str, Any]], None], resumed: bool = False) -> Iterator[dict[str, Any]]:
     """The one decode-and-store loop: stream the requests through the decoder and store each sample's row
     (`make_row` adds scores / metadata) the moment it finishes, so a killed run loses only work in flight.
-    Yields each stored row (for progress bars)."""
+    Yields each stored row (for progress bars). `resumed`: some samples of this run are stored already;
+    a decoder whose samples depend on their batch (`resumable` False) then refuses rather than mix."""
+    if resumed and requests and not getattr(decoder, "resumable", True):
+        raise RuntimeError(
+            f"this run is partly done, and {decoder.label!r} decoding as configured makes samples depend on "
+            f"their batch ({getattr(decoder, 'why_not_resumable', 'a shared random stream')}), so a resumed run "
+            f"would differ from an uninterrupted one; re-run with resume=false to start afresh")
     for res in decoder.stream(requests, batch_size):
         row = make_row(res)
         store(row)

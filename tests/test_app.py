@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.app import REPO, run_app
+from tests.helpers.app import app_env as _env
 
-
-def _env():
-    return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
-
-
-def run_app(*overrides, cwd=REPO, check=True, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "harness.run", *overrides], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(proc.stderr[-3000:])
-    return proc
+pytestmark = pytest.mark.slow  # every test runs the app in subprocesses
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +36,13 @@ def app_args(tiny_diffusion_dir, tmp_path_factory):
     ("model.path=no/such/dir", "model.path"),
     ("model.path=", "model.path"),
     ("eval.path=missing.jsonl", "eval.path"),
+    ("resume=no", "resume"),
+    ("seed=1.5", "seed"),
+    ("batch_size=0", "batch_size"),
+    ("batch_size=1.5", "batch_size"),
+    ("eval.stop_strings=['']", "eval.stop_strings"),
+    ("eval.max_new_tokens=0", "eval.max_new_tokens"),
+    ("sampler.t_max=inf", "sampler.t_max"),
 ])
 def test_bad_config_fails_before_model_loads(override, key, tmp_path):
     t0 = time.perf_counter()

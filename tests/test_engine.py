@@ -166,3 +166,35 @@ def test_the_step_compiles_whole_on_cpu():
     compiled = torch.compile(step, fullgraph=True, dynamic=False)(logits.clone(), temperature, keys, canvas, history)
     for a, b_ in zip(eager, compiled, strict=True):
         assert torch.equal(a, b_)
+
+
+def test_reference_mode_refuses_to_resume_a_partial_run(adapter_factory, medium_diffusion_dir, tmp_path):
+    """The global stream makes samples depend on their batch: a partly done run must not be continued."""
+    from harness.evaluate import run_items
+    from harness.store import ResultStore
+
+    adapter = adapter_factory(medium_diffusion_dir)
+
+    class Tiny:
+        name, max_new_tokens, stop_strings = "tiny", 8, []
+
+        def items(self):
+            from evals.base import EvalItem
+
+            return [EvalItem(f"p{i}", f"prompt {i}") for i in range(4)]
+
+        def score(self, item, text):
+            return {"correct": 0.0}
+
+        def summarize(self, rows):
+            return {"quality": 0.0}
+
+    store = ResultStore(tmp_path / "run")
+    ref = BlockDiffusionDecoder(adapter, EntropyBoundConfig(random_stream="reference", max_steps=4))
+    run_items(Tiny(), ref, store, batch_size=2, seed=0)
+    rows = (tmp_path / "run" / "samples.jsonl").read_text().splitlines()
+    (tmp_path / "run" / "samples.jsonl").write_text("\n".join(rows[:2]) + "\n")  # killed half way
+    with pytest.raises(RuntimeError, match="resume=false"):
+        run_items(Tiny(), ref, store, batch_size=2, seed=0)
+    per_sample = BlockDiffusionDecoder(adapter, EntropyBoundConfig(max_steps=4))
+    assert run_items(Tiny(), per_sample, store, batch_size=2, seed=0)["num_samples"] == 4  # resumable

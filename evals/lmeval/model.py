@@ -68,7 +68,8 @@ class DecoderLM(LM):
                     "task": inst.task_name, "doc_id": inst.doc_id, "context": inst.args[0]}
 
         reqs = [req for _, req, _ in prepared.values()]
-        for row in decode_and_store(self.decoder, reqs, self.batch_size, make_row, self.store.append):
+        for row in decode_and_store(self.decoder, reqs, self.batch_size, make_row, self.store.append,
+                                    resumed=bool(done)):
             inst = prepared[row["sample_id"]][0]
             done[row["sample_id"]] = row
             self.cache_hook.add_partial("generate_until", inst.args, row["reply"])
