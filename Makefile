@@ -6,7 +6,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: venv test sweep tiny-models pareto bench gpu-check clean
+.PHONY: venv test test-fast lint sweep tiny-models pareto bench gpu-check clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -21,8 +21,16 @@ tiny-models: venv  ## tiny random checkpoints for smoke runs (outputs/tiny/)
 	test -f outputs/tiny/ar/config.json || $(PY) -m models.tiny ar outputs/tiny/ar
 	test -f outputs/tiny/ar_draft/config.json || $(PY) -m models.tiny ar outputs/tiny/ar_draft --seed 1
 
-test: venv tiny-models  ## the whole test suite (CI runs this)
+test: venv tiny-models  ## the whole test suite, then lint (CI runs this)
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory lint
+
+test-fast: venv  ## the edit-test loop (< 60 s on 2 cores): every test except those marked slow, sandbox or gpu
+	$(PY) -m pytest -q -m "not slow and not sandbox and not gpu"
+
+lint: venv  ## ruff: lint (incl. import order) and format check; config in pyproject.toml
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 SWEEP_PARTS := sudoku_sweep sudoku_remask sudoku_confidence sudoku_topk sudoku_baselines
 sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + AR baselines, Pareto plot

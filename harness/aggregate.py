@@ -23,13 +23,35 @@ from typing import Any
 
 import pandas as pd
 
+from harness.fronts import annotate_fronts
 from harness.records import decode_metrics
-from harness.store import METRICS, SAMPLES
+from harness.store import METRICS, SAMPLES, read_metrics, read_samples
 
 ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
 SAMPLER_PREFIX = "sampler."
-NUMERIC_COLUMNS = ["quality", "tpf", "tokens_per_second", "nfe", "num_tokens", "num_samples", "wall_time_s",
-                   "mean_steps_per_canvas", "step_cap_hit_rate"]
+NUMERIC_COLUMNS = [
+    "quality",
+    "tpf",
+    "tokens_per_second",
+    "nfe",
+    "num_tokens",
+    "num_samples",
+    "wall_time_s",
+    "mean_steps_per_canvas",
+    "step_cap_hit_rate",
+]
+# What `format_table` prints by default: identity, then the varying sampler knobs, then the headline numbers.
+TABLE_ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler"]
+TABLE_FIGURE_COLUMNS = [
+    "quality",
+    "tpf",
+    "tokens_per_second",
+    "nfe",
+    "mean_steps_per_canvas",
+    "step_cap_hit_rate",
+    "on_front",
+    "consistent",
+]
 
 
 @dataclass
@@ -56,30 +78,8 @@ def find_run_dirs(paths: Iterable[str | Path]) -> RunDirs:
     return RunDirs(sorted(complete), sorted(incomplete - complete))
 
 
-def read_samples(run_dir: str | Path) -> list[dict[str, Any]]:
-    """samples.jsonl rows, read-only: first row per sample id wins, a torn last line is skipped."""
-    path = Path(run_dir) / SAMPLES
-    rows: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            rows.setdefault(row["sample_id"], row)
-    return list(rows.values())
-
-
-def read_metrics(run_dir: str | Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / METRICS).read_text(encoding="utf-8"))
-
-
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts -> `a.b` keys; lists are kept only when short scalars-only (else dropped from the table)."""
+    """Nested dicts -> `a.b` keys; lists are kept only when short and scalar (else dropped from the table)."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
@@ -155,14 +155,15 @@ def collect(paths: Iterable[str | Path]) -> pd.DataFrame:
             df[c] = pd.to_numeric(df[c], errors="coerce")
     first = [c for c in ID_COLUMNS if c in df] + sorted(c for c in df if c.startswith(SAMPLER_PREFIX))
     df = df[first + [c for c in df if c not in first]]
-    return df.sort_values(["eval", "model", "label", "run_name"], na_position="last", kind="stable").reset_index(drop=True)
+    df = df.sort_values(["eval", "model", "label", "run_name"], na_position="last", kind="stable")
+    return df.reset_index(drop=True)
 
 
 def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
     """Object columns mixing value types (e.g. a knob that is a number in one sampler, text in another)
     become text, the one representation parquet accepts for them; the CSV keeps the raw values."""
     out = df.copy()
-    for c in out.columns[out.dtypes == object]:
+    for c in out.select_dtypes(include="object").columns:
         kinds = {type(v) for v in out[c] if v is not None and not (isinstance(v, float) and math.isnan(v))}
         if len(kinds) > 1:
             out[c] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in out[c]]
@@ -179,11 +180,10 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, stem: str = "summary") ->
     return [csv, parquet]
 
 
-def summarize(paths: Iterable[str | Path], out_dir: str | Path,
-              tpf_range: tuple[float, float] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
+def summarize(
+    paths: Iterable[str | Path], out_dir: str | Path, tpf_range: tuple[float, float] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """Collect, mark Pareto fronts and area under them, write summary.{csv,parquet} and fronts.csv."""
-    from harness.pareto import annotate_fronts  # pareto builds on this module; import late to avoid a cycle
-
     table, fronts = annotate_fronts(collect(paths), tpf_range=tpf_range)
     files = write_table(table, out_dir, "summary")
     fronts_csv = Path(out_dir) / "fronts.csv"
@@ -191,16 +191,17 @@ def summarize(paths: Iterable[str | Path], out_dir: str | Path,
     return table, fronts, files + [fronts_csv]
 
 
-BRIEF_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "quality", "tpf", "tokens_per_second", "nfe",
-                 "mean_steps_per_canvas", "step_cap_hit_rate", "on_front", "consistent"]
+def varying_knobs(df: pd.DataFrame) -> list[str]:
+    """Sampler knob columns whose set values differ between these runs (a knob only some samplers have,
+    with one value where set, does not vary): the ones worth showing in the table and next to a point."""
+    return [c for c in df if c.startswith(SAMPLER_PREFIX) and df[c].dropna().astype(str).nunique() > 1]
 
 
 def format_table(df: pd.DataFrame, columns: list[str] | None = None) -> str:
     """A readable text table: identity, the varying sampler knobs, and the headline numbers."""
     if df.empty:
         return "(no finished runs)"
-    knobs = [c for c in df if c.startswith(SAMPLER_PREFIX) and df[c].astype(str).nunique() > 1]
-    cols = [c for c in (columns or BRIEF_COLUMNS[:5] + knobs + BRIEF_COLUMNS[5:]) if c in df]
+    cols = [c for c in (columns or TABLE_ID_COLUMNS + varying_knobs(df) + TABLE_FIGURE_COLUMNS) if c in df]
     return df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
 
@@ -211,14 +212,30 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
         print(fronts.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m harness.aggregate", description=__doc__.split("\n\n")[0])
+def cli_parser(module: str, doc: str, out: str, out_help: str) -> argparse.ArgumentParser:
+    """The arguments `python -m harness.aggregate` and `python -m harness.pareto` share: the paths to search,
+    `--out` and `--tpf-range` (read back as a tuple or None by `tpf_range`); `doc`'s first paragraph describes."""
+    ap = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
     ap.add_argument("paths", nargs="+", help="run dirs, sweep dirs, or any folder to search for metrics.json")
-    ap.add_argument("--out", default="outputs/summary", help="folder for summary.csv / summary.parquet / fronts.csv")
-    ap.add_argument("--tpf-range", nargs=2, type=float, metavar=("LO", "HI"),
-                    help="TPF range for the area under the front (default: 1 to the eval's largest TPF)")
+    ap.add_argument("--out", default=out, help=out_help)
+    ap.add_argument(
+        "--tpf-range",
+        nargs=2,
+        type=float,
+        metavar=("LO", "HI"),
+        help="TPF range for the area under the front (default: 1 to the eval's largest TPF)",
+    )
+    return ap
+
+
+def tpf_range(args: argparse.Namespace) -> tuple[float, float] | None:
+    return tuple(args.tpf_range) if args.tpf_range else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = cli_parser("harness.aggregate", __doc__, "outputs/summary", "where summary.{csv,parquet}, fronts.csv go")
     args = ap.parse_args(argv)
-    table, fronts, files = summarize(args.paths, args.out, tuple(args.tpf_range) if args.tpf_range else None)
+    table, fronts, files = summarize(args.paths, args.out, tpf_range(args))
     print_summary(table, fronts)
     print("\nwrote " + ", ".join(map(str, files)))
 

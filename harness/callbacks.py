@@ -22,8 +22,13 @@ from harness.pareto import make_report
 class SweepSummary(Callback):
     """`group`: the W&B group the jobs logged under (`${sweep_name}` in the app); default: the sweep folder name."""
 
-    def __init__(self, group: str | None = None, subdir: str = "summary", tpf_range: list[float] | None = None,
-                 max_trajectories: int = 1):
+    def __init__(
+        self,
+        group: str | None = None,
+        subdir: str = "summary",
+        tpf_range: list[float] | None = None,
+        max_trajectories: int = 1,
+    ):
         self.group = group
         self.subdir = subdir
         self.tpf_range = (float(tpf_range[0]), float(tpf_range[1])) if tpf_range else None
@@ -40,5 +45,9 @@ class SweepSummary(Callback):
         print_summary(report.table, report.fronts)
         print(f"[sweep summary] wrote {len(report.files)} files under {out_dir}")
         logger: RunLogger = instantiate(config.logger) if config.get("logger") else NoLogger()
-        logger.log_sweep(self.group or sweep_dir.name, {"runs": report.table, "fronts": report.fronts},
-                         report.pareto_pngs, str(out_dir))
+        logger.log_sweep(
+            self.group or sweep_dir.name,
+            {"runs": report.table, "fronts": report.fronts},
+            report.pareto_pngs,
+            str(out_dir),
+        )

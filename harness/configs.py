@@ -18,7 +18,9 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from evals.paths import register_path_resolver
 from samplers.config import ConfidenceThresholdConfig, ConfidenceTopKConfig, EntropyBoundConfig
+from samplers.knobs import changed_knobs, run_name_part
 
 SAMPLERS = {cls.name: cls for cls in (EntropyBoundConfig, ConfidenceTopKConfig, ConfidenceThresholdConfig)}
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -31,11 +33,7 @@ def register_configs() -> None:
         cs.store(group="sampler", name=name, node=node)
     if not OmegaConf.has_resolver("run_name"):
         OmegaConf.register_new_resolver("run_name", run_name)
-
-
-SHORT = {"entropy_bound": "b", "max_steps": "n", "tokens_per_step": "k", "threshold": "thr", "remask_ratio": "rm",
-         "temperature_schedule": "T", "t_max": "tmax", "t_min": "tmin", "self_conditioning": "sc",
-         "adaptive_stop": "stop", "canvas_length": "C", "random_stream": "rs", "draw": "draw"}
+    register_path_resolver()  # ${repo_root:} for conf/paths/
 
 
 def run_name(model: DictConfig, sampler: DictConfig, ev: DictConfig, seed: int) -> str:
@@ -47,8 +45,7 @@ def run_name(model: DictConfig, sampler: DictConfig, ev: DictConfig, seed: int) 
     if m.get("_target_", "").endswith("DiffusionGemmaAdapter"):
         cls = SAMPLERS.get(str(s.get("name")))
         defaults = asdict(cls()) if cls else {}
-        knobs = [f"{SHORT.get(k, k)}{v}" for k, v in s.items()
-                 if not k.startswith("_") and k not in ("name", "capture_trajectory") and defaults.get(k) != v]
+        knobs = [run_name_part(k, v) for k, v in changed_knobs(s, defaults).items()]
         parts.append("-".join([str(s.get("name"))] + knobs))
     parts += [str(e.get("name", "eval")), f"s{seed}"]
     digest = hashlib.sha1(json.dumps([m, s, e, seed], sort_keys=True, default=str).encode()).hexdigest()[:6]

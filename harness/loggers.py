@@ -64,7 +64,7 @@ def has_wandb_api_key() -> bool:
 
 
 def resolve_mode(mode: str) -> str:
-    """"auto": WANDB_MODE if set, else online with a key, offline without; anything else passes through."""
+    """ "auto": WANDB_MODE if set, else online with a key, offline without; anything else passes through."""
     if mode != "auto":
         return mode
     return os.environ.get("WANDB_MODE") or ("online" if has_wandb_api_key() else "offline")
@@ -78,8 +78,14 @@ def _truncate(text: Any, n: int) -> str:
 class WandbLogger:
     """One W&B run per Hydra job, grouped by sweep; metrics go to the run summary, samples to a table."""
 
-    def __init__(self, project: str = "diffusiongemma-harness", entity: str | None = None, mode: str = "auto",
-                 tags: list[str] | None = None, text_chars: int = 300):
+    def __init__(
+        self,
+        project: str = "diffusiongemma-harness",
+        entity: str | None = None,
+        mode: str = "auto",
+        tags: list[str] | None = None,
+        text_chars: int = 300,
+    ):
         self.project, self.entity, self.mode = project, entity, mode
         self.tags = list(tags or [])
         self.text_chars = text_chars
@@ -89,12 +95,19 @@ class WandbLogger:
         import wandb  # imported on use: NoLogger runs never pay for it
 
         Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
-        return wandb.init(project=self.project, entity=self.entity, mode=resolve_mode(self.mode), tags=self.tags,
-                          reinit="finish_previous", **kwargs)
+        return wandb.init(
+            project=self.project,
+            entity=self.entity,
+            mode=resolve_mode(self.mode),
+            tags=self.tags,
+            reinit="finish_previous",
+            **kwargs,
+        )
 
     def start(self, run_name: str, group: str | None, config: dict[str, Any], run_dir: str) -> None:
-        self.run = self._init(name=run_name, group=group, job_type="eval", dir=run_dir,
-                              config={**config, "run_dir": str(run_dir)})
+        self.run = self._init(
+            name=run_name, group=group, job_type="eval", dir=run_dir, config={**config, "run_dir": str(run_dir)}
+        )
 
     def finish(self, metrics: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         import wandb
@@ -102,9 +115,21 @@ class WandbLogger:
         if self.run is None:
             raise RuntimeError("WandbLogger.finish() without start()")
         self.run.summary.update({k: v for k, v in metrics.items() if k != "run"})
-        table = wandb.Table(columns=SAMPLE_COLUMNS, data=[
-            [r["sample_id"], _truncate(r.get("text"), self.text_chars), r.get("correct"), r.get("tpf"), r.get("nfe"),
-             r.get("num_tokens"), r.get("finished_by")] for r in rows])
+        table = wandb.Table(
+            columns=SAMPLE_COLUMNS,
+            data=[
+                [
+                    r["sample_id"],
+                    _truncate(r.get("text"), self.text_chars),
+                    r.get("correct"),
+                    r.get("tpf"),
+                    r.get("nfe"),
+                    r.get("num_tokens"),
+                    r.get("finished_by"),
+                ]
+                for r in rows
+            ],
+        )
         self.run.log({"samples": table})
         self.run.finish()
         self.run = None
@@ -113,14 +138,17 @@ class WandbLogger:
         import wandb
 
         run = self._init(name=f"{group}-summary", group=group, job_type="sweep_summary", dir=out_dir)
-        payload: dict[str, Any] = {name: wandb.Table(dataframe=df.reset_index(drop=True), allow_mixed_types=True)
-                                   for name, df in tables.items()}
+        payload: dict[str, Any] = {
+            name: wandb.Table(dataframe=df.reset_index(drop=True), allow_mixed_types=True)
+            for name, df in tables.items()
+        }
         payload.update({f"pareto/{Path(p).stem}": wandb.Image(str(p)) for p in images})
         run.log(payload)
         run.finish()
 
 
 # ---- reading offline runs back ------------------------------------------------------------------------------
+
 
 @dataclass
 class OfflineRun:
@@ -203,7 +231,12 @@ def read_offline_run(path: str | Path) -> OfflineRun:
         if kind == "run":
             r = rec.run
             out.run_id, out.name, out.group, out.job_type, out.project = (
-                r.run_id, r.display_name, r.run_group, r.job_type, r.project)
+                r.run_id,
+                r.display_name,
+                r.run_group,
+                r.job_type,
+                r.project,
+            )
             out.tags = list(r.tags)
             for item in r.config.update:
                 _apply(out.config, item)

@@ -1,14 +1,9 @@
-"""Speed/quality trade-off: Pareto fronts, the area under them, and the figures that show them.
+"""Speed/quality trade-off figures: Pareto fronts, steps-per-canvas histograms, canvas evolution.
 
-Front: a run is on the (model, eval) front when no other run of that model and eval has both TPF >= and
-quality >= with one of them strictly greater (maximize both; exact duplicates count once).
-
-Area under the front (AUP, in the spirit of d3LLM's AUP, not its exact weighting): with the front as the
-step function f(x) = max{quality_i : tpf_i >= x} (the best quality reachable at TPF at least x; 0 past
-the fastest run), AUP = 1/(hi - lo) * integral of f(x) over [lo, hi]. It is in quality units (a mean of
-`correct` in [0, 1] gives AUP in [0, 1]): the mean best quality over the TPF range. Default range:
-lo = 1 (AR) and hi = the largest TPF any model reached on that eval, so models on one eval share a range;
-pass `tpf_range` to fix it across tables. Adding a run never lowers AUP.
+The front and its area (AUP) are computed in `harness.fronts` and marked in the run table by
+`harness.aggregate`; this module only draws them (the one module here that imports matplotlib).
+Points are labelled with the sampler knobs that vary between the plotted runs, spelled as in run names
+(`samplers.knobs`).
 
 CLI: `python -m harness.pareto PATH... --out outputs/plots` writes the run table (see harness.aggregate),
 per eval `pareto_<eval>_tpf.{png,svg}` and `pareto_<eval>_tokens_per_second.{png,svg}`, and per run
@@ -18,92 +13,31 @@ per eval `pareto_<eval>_tpf.{png,svg}` and `pareto_<eval>_tokens_per_second.{png
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import matplotlib  # figures are drawn through Figure objects (no pyplot): no backend is selected globally
+import numpy as np
+import pandas as pd
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from harness.aggregate import SAMPLER_PREFIX, print_summary, read_samples, summarize  # noqa: E402
+from harness.aggregate import SAMPLER_PREFIX, cli_parser, print_summary, summarize, tpf_range, varying_knobs
+from harness.fronts import front_mask
+from harness.store import read_samples
+from samplers.knobs import label_part
 
 MARKERS = {"diffusion": "o", "ar": "s", "ar+mtp": "^", "ar+draft": "D"}
 LABEL_NAMES = {"diffusion": "diffusion", "ar": "AR", "ar+mtp": "AR+MTP", "ar+draft": "AR+draft"}
-KNOB_ABBREV = {"max_steps": "steps", "entropy_bound": "b", "threshold": "thr", "tokens_per_step": "k", "remask_ratio": "remask",
-               "t_schedule": "T", "temperature_schedule": "T", "t_max": "Tmax", "t_min": "Tmin",
-               "adaptive_stop": "stop", "self_conditioning": "sc"}
 X_AXES = {"tpf": "tokens per forward (TPF)", "tokens_per_second": "tokens / s"}
 
 
-# ---- front math -----------------------------------------------------------------------------------------
-
-def front_mask(x: Iterable[float], y: Iterable[float]) -> np.ndarray:
-    """True where the point is on the maximize-both Pareto front (NaN points never are)."""
-    x, y = np.asarray(list(x), dtype=float), np.asarray(list(y), dtype=float)
-    mask = np.zeros(len(x), dtype=bool)
-    best = -np.inf
-    for i in np.lexsort((-y, -x)):  # x descending, ties by y descending
-        if np.isnan(x[i]) or np.isnan(y[i]):
-            continue
-        if y[i] > best:
-            mask[i], best = True, y[i]
-    return mask
-
-
-def area_under_front(tpf: Iterable[float], quality: Iterable[float], lo: float, hi: float) -> float:
-    """Normalized area under the front's step function over [lo, hi] (see the module docstring)."""
-    if not hi > lo:
-        raise ValueError(f"empty TPF range [{lo}, {hi}]")
-    x, y = np.asarray(list(tpf), dtype=float), np.asarray(list(quality), dtype=float)
-    m = front_mask(x, y)
-    order = np.argsort(x[m])
-    total, prev = 0.0, -np.inf
-    for xj, yj in zip(x[m][order], y[m][order]):
-        a, b = max(prev, lo), min(xj, hi)
-        if b > a:
-            total += yj * (b - a)
-        prev = xj
-    return total / (hi - lo)
-
-
-def annotate_fronts(table: pd.DataFrame, tpf_range: tuple[float, float] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Add `on_front`, `aup`, `aup_tpf_min`, `aup_tpf_max` per run; return it and one row per (model, eval)."""
-    table = table.copy()
-    for c, v in (("on_front", False), ("aup", np.nan), ("aup_tpf_min", np.nan), ("aup_tpf_max", np.nan)):
-        table[c] = v
-    fronts: list[dict[str, Any]] = []
-    if table.empty:
-        return table, pd.DataFrame(columns=["model", "eval", "runs", "front_runs", "tpf_min", "tpf_max", "aup", "front"])
-    for (model, ev), g in table.groupby(["model", "eval"], dropna=False, sort=True):
-        lo, hi = tpf_range or (1.0, float(table.loc[table["eval"] == ev, "tpf"].max()))
-        mask = front_mask(g["tpf"], g["quality"])
-        scored = g["quality"].notna().any() and g["tpf"].notna().any()
-        aup = area_under_front(g["tpf"], g["quality"], lo, hi) if scored and hi > lo else np.nan
-        table.loc[g.index, "on_front"] = mask
-        table.loc[g.index, ["aup", "aup_tpf_min", "aup_tpf_max"]] = [aup, lo, hi]
-        f = g[mask].sort_values("tpf")
-        fronts.append({"model": model, "eval": ev, "runs": len(g), "front_runs": int(mask.sum()), "tpf_min": lo,
-                       "tpf_max": hi, "aup": aup,
-                       "front": " | ".join(f"{t:.3g}:{q:.3g}" for t, q in zip(f["tpf"], f["quality"]))})
-    table["on_front"] = table["on_front"].astype(bool)
-    return table, pd.DataFrame(fronts)
-
-
 # ---- figures ----------------------------------------------------------------------------------------------
-
-def varying_knobs(df: pd.DataFrame) -> list[str]:
-    """Sampler knob columns that differ between these runs: the ones worth printing next to a point."""
-    return [c for c in df if c.startswith(SAMPLER_PREFIX) and df[c].dropna().astype(str).nunique() > 1]
 
 
 def point_label(row: pd.Series, knobs: list[str]) -> str:
@@ -114,8 +48,7 @@ def point_label(row: pd.Series, knobs: list[str]) -> str:
         v = row[c]
         if v is None or (isinstance(v, float) and np.isnan(v)):
             continue
-        k = c[len(SAMPLER_PREFIX):]
-        parts.append(f"{KNOB_ABBREV.get(k, k)}={v:g}" if isinstance(v, float) else f"{KNOB_ABBREV.get(k, k)}={v}")
+        parts.append(label_part(c[len(SAMPLER_PREFIX) :], v))
     return " ".join(parts) or str(row.get("sampler") or "")
 
 
@@ -127,19 +60,43 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
     for ci, (model, dm) in enumerate(df.groupby("model", sort=True, dropna=False)):
         color = f"C{ci % 10}"
         for label, dl in dm.groupby("label", sort=True, dropna=False):
-            ax.scatter(dl[x], dl["quality"], marker=MARKERS.get(label, "X"), s=60 if label == "diffusion" else 110,
-                       color=color, edgecolors="black", linewidths=0.6, zorder=3,
-                       label=f"{model} · {LABEL_NAMES.get(label, label)}")
+            ax.scatter(
+                dl[x],
+                dl["quality"],
+                marker=MARKERS.get(label, "X"),
+                s=60 if label == "diffusion" else 110,
+                color=color,
+                edgecolors="black",
+                linewidths=0.6,
+                zorder=3,
+                label=f"{model} · {LABEL_NAMES.get(label, label)}",
+            )
         mask = front_mask(dm[x], dm["quality"])
         f = dm[mask].sort_values(x)
-        aup = f" (AUP {dm['aup'].iloc[0]:.3f} over TPF {dm['aup_tpf_min'].iloc[0]:.3g}-{dm['aup_tpf_max'].iloc[0]:.3g})" \
-            if x == "tpf" and "aup" in dm and pd.notna(dm["aup"].iloc[0]) else ""
-        ax.plot(f[x], f["quality"], drawstyle="steps-pre", color=color, linestyle="--", linewidth=1.4, zorder=2,
-                label=f"front: {model}{aup}")
+        aup = ""
+        if x == "tpf" and "aup" in dm and pd.notna(dm["aup"].iloc[0]):
+            lo, hi = dm["aup_tpf_min"].iloc[0], dm["aup_tpf_max"].iloc[0]
+            aup = f" (AUP {dm['aup'].iloc[0]:.3f} over TPF {lo:.3g}-{hi:.3g})"
+        ax.plot(
+            f[x],
+            f["quality"],
+            drawstyle="steps-pre",
+            color=color,
+            linestyle="--",
+            linewidth=1.4,
+            zorder=2,
+            label=f"front: {model}{aup}",
+        )
         labelled = dm[x].notna() & dm["quality"].notna() & (mask | (dm["label"] != "diffusion"))
         for _, r in dm[labelled].iterrows():  # knobs on front points and baselines only: the table has every run
-            ax.annotate(point_label(r, knobs), (r[x], r["quality"]), xytext=(5, 4), textcoords="offset points",
-                        fontsize=7, color="0.25")
+            ax.annotate(
+                point_label(r, knobs),
+                (r[x], r["quality"]),
+                xytext=(5, 4),
+                textcoords="offset points",
+                fontsize=7,
+                color="0.25",
+            )
     ev = df["eval"].iloc[0] if len(df) else ""
     ax.set_xlabel(X_AXES.get(x, x))
     ax.set_ylabel(f"quality ({ev})")
@@ -161,11 +118,21 @@ def steps_histogram_figure(rows: list[dict[str, Any]], cap: int | None, title: s
     top = max(max(steps), cap or 0)
     below = [s for s in steps if not cap or s < cap]
     at_cap = [s for s in steps if cap and s >= cap]
-    ax.hist([below, at_cap], bins=np.arange(0.5, top + 1.5), stacked=True, color=["C0", "C3"], edgecolor="white",
-            label=["under the cap" if cap else "canvases", "at the cap"])
+    ax.hist(
+        [below, at_cap],
+        bins=np.arange(0.5, top + 1.5),
+        stacked=True,
+        color=["C0", "C3"],
+        edgecolor="white",
+        label=["under the cap" if cap else "canvases", "at the cap"],
+    )
     if cap:
-        ax.axvline(cap + 0.5, color="C3", linestyle="--",
-                   label=f"step cap {cap}: {hits} of {len(steps)} canvases hit it ({hits / len(steps):.1%})")
+        ax.axvline(
+            cap + 0.5,
+            color="C3",
+            linestyle="--",
+            label=f"step cap {cap}: {hits} of {len(steps)} canvases hit it ({hits / len(steps):.1%})",
+        )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("denoising steps per canvas")
@@ -193,8 +160,9 @@ def canvas_evolution_figure(row: dict[str, Any], title: str) -> Figure | None:
     entropy = [t.get("mean_entropy", np.nan) for t in traj]
     fig = Figure(figsize=(9, max(3.0, 0.12 * len(traj) + 1.5)), layout="constrained")
     ax, ax_h = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [4, 1]})
-    ax.imshow(changed, aspect="auto", interpolation="nearest", cmap=ListedColormap(["#eeeeee", "#d62728"]),
-              vmin=0, vmax=1)
+    ax.imshow(
+        changed, aspect="auto", interpolation="nearest", cmap=ListedColormap(["#eeeeee", "#d62728"]), vmin=0, vmax=1
+    )
     for a, b in zip(starts, starts[1:] + [len(traj)]):  # one entropy segment per canvas
         ax_h.plot(entropy[a:b], np.arange(a, b), color="C0", marker=".", label="mean entropy" if a == 0 else None)
     for s in starts[1:]:
@@ -202,8 +170,11 @@ def canvas_evolution_figure(row: dict[str, Any], title: str) -> Figure | None:
             a.axhline(s - 0.5, color="black", linewidth=0.8)
     ax.set_xlabel("position in canvas")
     ax.set_ylabel("step (canvases stacked)")
-    ax.legend(handles=[Patch(color="#d62728", label="argmax token changed"), Patch(color="#eeeeee", label="unchanged")],
-              fontsize=7, loc="lower right")
+    ax.legend(
+        handles=[Patch(color="#d62728", label="argmax token changed"), Patch(color="#eeeeee", label="unchanged")],
+        fontsize=7,
+        loc="lower right",
+    )
     ax_h.set_xlabel("mean entropy")
     ax_h.legend(fontsize=7)
     ax.set_title(title, fontsize=9)
@@ -227,6 +198,7 @@ def safe_stem(s: Any) -> str:
 
 # ---- report ------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Report:
     table: pd.DataFrame  # one row per run, with on_front / aup columns
@@ -238,8 +210,12 @@ class Report:
         return [p for p in self.files if p.name.startswith("pareto_") and p.suffix == ".png"]
 
 
-def make_report(paths: Iterable[str | Path], out_dir: str | Path, tpf_range: tuple[float, float] | None = None,
-                max_trajectories: int = 1) -> Report:
+def make_report(
+    paths: Iterable[str | Path],
+    out_dir: str | Path,
+    tpf_range: tuple[float, float] | None = None,
+    max_trajectories: int = 1,
+) -> Report:
     """Table + fronts + every figure for the runs under `paths`, written under `out_dir` (the sweep end calls this)."""
     out_dir = Path(out_dir)
     table, fronts, files = summarize(paths, out_dir, tpf_range)
@@ -269,14 +245,10 @@ def make_report(paths: Iterable[str | Path], out_dir: str | Path, tpf_range: tup
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m harness.pareto", description=__doc__.split("\n\n")[0])
-    ap.add_argument("paths", nargs="+", help="run dirs, sweep dirs, or any folder to search for metrics.json")
-    ap.add_argument("--out", default="outputs/plots")
-    ap.add_argument("--tpf-range", nargs=2, type=float, metavar=("LO", "HI"),
-                    help="TPF range for the area under the front (default: 1 to the eval's largest TPF)")
+    ap = cli_parser("harness.pareto", __doc__, "outputs/plots", "where the table and the figures go")
     ap.add_argument("--max-trajectories", type=int, default=1, help="canvas-evolution figures per run")
     args = ap.parse_args(argv)
-    report = make_report(args.paths, args.out, tuple(args.tpf_range) if args.tpf_range else None, args.max_trajectories)
+    report = make_report(args.paths, args.out, tpf_range(args), args.max_trajectories)
     print_summary(report.table, report.fronts)
     print(f"\nwrote {len(report.files)} files under {args.out}")
 

@@ -1,9 +1,12 @@
 """Crash-safe result store for one run directory.
 
 `samples.jsonl` gets one line per finished sample, flushed and fsynced as it finishes, so a run killed
-at any moment loses at most the sample in flight; a truncated last line is ignored on reload.
+at any moment loses at most the sample in flight; unreadable lines (a torn last line) are ignored on reload.
 `metrics.json` is written atomically (temp file + rename) once the run completes. Re-running a config
 into the same directory skips the samples already present (resume).
+
+This module is the one reader of both files: `read_samples` / `read_metrics` (read-only, for aggregation
+and plots) and `ResultStore.load` (the resume path, which also drops the bad lines from the file).
 """
 
 from __future__ import annotations
@@ -25,25 +28,10 @@ class ResultStore:
         self.metrics_path = self.run_dir / METRICS
 
     def load(self) -> dict[str, dict[str, Any]]:
-        """Finished samples by id; drops a torn last line left by a crash (and rewrites the file without it)."""
-        rows: dict[str, dict[str, Any]] = {}
-        if not self.samples_path.exists():
-            return rows
-        good_lines = []
-        torn = False
-        with open(self.samples_path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    torn = True
-                    continue
-                if not line.endswith("\n"):
-                    torn = True
-                    continue
-                rows.setdefault(row["sample_id"], row)
-                good_lines.append(line)
-        if torn:
+        """Finished samples by id (first row per id wins). Drops every bad line, not only a torn last one
+        left by a crash: a line that is not valid JSON or lacks its newline; the file is rewritten without them."""
+        rows, good_lines, bad = _scan(self.samples_path)
+        if bad:
             atomic_write(self.samples_path, "".join(good_lines))
         return rows
 
@@ -60,6 +48,40 @@ class ResultStore:
         """Forget earlier results (a fresh, non-resumed run into the same directory)."""
         for p in (self.samples_path, self.metrics_path):
             p.unlink(missing_ok=True)
+
+
+def _scan(path: Path) -> tuple[dict[str, dict[str, Any]], list[str], int]:
+    """Rows of a samples.jsonl by sample id (first wins), the good lines, and how many lines were bad
+    (not valid JSON, or missing the newline that `append` writes last)."""
+    rows: dict[str, dict[str, Any]] = {}
+    good_lines: list[str] = []
+    bad = 0
+    if not path.exists():
+        return rows, good_lines, bad
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                bad += 1
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            rows.setdefault(row["sample_id"], row)
+            good_lines.append(line)
+    return rows, good_lines, bad
+
+
+def read_samples(run_dir: str | Path) -> list[dict[str, Any]]:
+    """A run dir's samples.jsonl rows, read-only (the file is never rewritten): first row per sample id
+    wins, bad lines are skipped (see `ResultStore.load`); [] when there is no file."""
+    return list(_scan(Path(run_dir) / SAMPLES)[0].values())
+
+
+def read_metrics(run_dir: str | Path) -> dict[str, Any]:
+    """A finished run dir's metrics.json."""
+    return json.loads((Path(run_dir) / METRICS).read_text(encoding="utf-8"))
 
 
 def atomic_write(path: Path, text: str) -> None:

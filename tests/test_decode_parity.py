@@ -30,6 +30,7 @@ def _generate_ours(adapter, ids, seed, max_new_tokens, **knobs):
     return dec.generate(reqs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["tiny_diffusion_dir", "medium_diffusion_dir", "sharp_diffusion_dir"])
 @pytest.mark.parametrize("batch", [1, 4])
 def test_reference_mode_matches_generate(request, adapter_factory, which, batch):

@@ -147,6 +147,7 @@ def test_at_most_one_host_sync_per_step(adapter_factory, medium_diffusion_dir, b
 @pytest.mark.slow
 def test_the_step_compiles_whole_on_cpu():
     """Everything after the forward (softcap, temperature, draw, accept, remask, re-noise, stop) in one graph."""
+    from harness.decode import torch_sampling
     from samplers.fast_draw import draw_whole
 
     cfg = EntropyBoundConfig(remask_ratio=0.1)
@@ -159,7 +160,7 @@ def test_the_step_compiles_whole_on_cpu():
     temperature = cfg.temperatures(keys[2])
 
     def step(x, temperature, keys, canvas, history):
-        out = sampler_step(cfg, draw_whole, x, temperature, 30.0, keys, canvas, history, v)
+        out = sampler_step(cfg, torch_sampling(draw_whole), x, temperature, 30.0, keys, canvas, history, v)
         return out.canvas, out.argmax, out.history, out.finished, out.kept
 
     eager = step(logits.clone(), temperature, keys, canvas, history)

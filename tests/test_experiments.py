@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_app import REPO, run_app
+from tests.helpers.app import REPO, run_app
 
-EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml") if p.stem != "sudoku_base")
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))  # parts/ are not experiments
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_runs_as_quick_multirun(experiment, tmp_path):
     run_app(f"experiment={experiment}", "eval.num_puzzles=3", "batch_size=3",
@@ -33,3 +34,71 @@ def test_experiment_values_override_the_main_config():
         cfg = compose("config", overrides=["experiment=sudoku_topk"])
     assert cfg.sweep_name == "sudoku_sweep" and cfg.batch_size == 100
     assert cfg.model.name == "sudoku6_diffusion" and cfg.sampler.name == "confidence_topk"
+
+
+@pytest.mark.parametrize("overrides,prefix", [
+    ([], "tiny_diffusion__entropy_bound__prompts__s0__"),
+    (["sampler.max_steps=8", "sampler.entropy_bound=0.3"], "tiny_diffusion__entropy_bound-n8-b0.3__prompts__s0__"),
+    (["sampler=confidence_topk", "sampler.tokens_per_step=3"], "tiny_diffusion__confidence_topk-k3__prompts__s0__"),
+    (["sampler=confidence_threshold", "sampler.t_max=1.0", "sampler.stop_entropy=0.01", "sampler.remask_ratio=0.1",
+      "sampler.capture_trajectory=true"],
+     "tiny_diffusion__confidence_threshold-tmax1.0-stop_entropy0.01-rm0.1__prompts__s0__"),
+    (["model=sudoku6_ar", "eval=sudoku6", "seed=3"], "sudoku6_ar__sudoku6__s3__"),
+])
+def test_run_names_keep_their_spelling(overrides, prefix):
+    """Run-dir names are resume keys: the knob spellings (samplers.knobs) must never change."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.configs import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        name = compose("config", overrides=overrides).run_name
+    assert name.startswith(prefix) and len(name) == len(prefix) + 6
+
+
+def _compose(*overrides):
+    from hydra import compose, initialize_config_dir
+
+    from harness.configs import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_make_sweep_experiments_and_parts():
+    """`make sweep` names these experiments; the shared part lives in parts/, not among the experiments."""
+    assert {"sudoku_sweep", "sudoku_remask", "sudoku_confidence", "sudoku_topk", "sudoku_baselines"} <= set(EXPERIMENTS)
+    assert "sudoku_base" not in EXPERIMENTS and (REPO / "conf/experiment/parts/sudoku_base.yaml").is_file()
+
+
+def test_paths_are_absolute_from_the_repo_root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the working directory plays no part
+    cfg = _compose()
+    assert cfg.paths.root_dir == str(REPO) and cfg.paths.output_dir == str(REPO / "outputs")
+    assert cfg.hydra.run.dir == f"{REPO}/outputs/runs/{cfg.run_name}"
+    assert cfg.hydra.sweep.dir.startswith(f"{REPO}/outputs/sweeps/")
+    moved = _compose("paths.output_dir=/scratch/out", "experiment=sudoku_sweep")
+    assert moved.hydra.sweep.dir == "/scratch/out/sweeps/sudoku_sweep"
+    assert moved.run_name == _compose("experiment=sudoku_sweep").run_name  # paths never enter a run name
+
+
+def test_debug_runs_a_handful_in_one_batch_without_logger():
+    cfg = _compose("experiment=sudoku_topk", "logger=wandb", "debug=default")
+    assert cfg.eval.limit == 4 and cfg.batch_size == 4 and cfg.resume is False
+    assert cfg.hydra.sweep.dir == f"{REPO}/outputs/debug/sweeps/sudoku_sweep"
+    assert cfg.logger._target_ == "harness.loggers.WandbLogger"  # the command line still wins
+    assert _compose("debug=default").logger._target_ == "harness.loggers.NoLogger"
+
+
+def test_local_settings_feed_wandb_and_slurm():
+    cfg = _compose("local=example", "local.wandb_entity=team", "local.slurm_account=acct", "logger=wandb",
+                   "hydra/launcher=slurm", "+hydra.job.env_set.HF_HOME=/data/hf")
+    assert cfg.logger.entity == "team" and cfg.hydra.launcher.account == "acct"
+    assert cfg.hydra.launcher.partition is None and cfg.hydra.job.env_set.HF_HOME == "/data/hf"
+    if not (REPO / "conf/local/default.yaml").exists():  # a machine without local settings: nothing set
+        plain = _compose("logger=wandb", "hydra/launcher=slurm")
+        assert plain.logger.entity is None and plain.hydra.launcher.account is None
+    ignored = (REPO / ".gitignore").read_text().splitlines()
+    assert "conf/local/*.yaml" in ignored and "!conf/local/example.yaml" in ignored

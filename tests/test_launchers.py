@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from harness.aggregate import read_metrics, read_samples
 from harness.loggers import find_offline_runs, read_offline_run
+from harness.store import read_metrics, read_samples
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -96,6 +96,7 @@ def make_app(tmp_path: Path) -> Path:
     return app
 
 
+@pytest.mark.slow
 def test_submitit_local_sweep_with_wandb_and_sweep_summary(tmp_path):
     app = make_app(tmp_path)
     out = subprocess.run([sys.executable, "app.py", "-m", "hydra/launcher=local", "bound=0.1,0.5"], cwd=app,
@@ -195,13 +196,15 @@ def test_joblib_launcher_yaml_composes(tmp_path):
     assert cfg.hydra.launcher._target_.endswith("LocalLauncher") and cfg.hydra.launcher.gpus_per_node == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (REPO / "outputs" / "tiny" / "diffusion" / "config.json").exists(),
                     reason="tiny checkpoint not built (make tiny-models)")
 def test_real_app_two_job_sweep_through_submitit_local(tmp_path):
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "harness.run", "-m", "hydra/launcher=local", "model=tiny_diffusion", "eval=prompts",
-           "seed=0,1", "eval.limit=1", "eval.max_new_tokens=8", "sampler.max_steps=4", "sampler.capture_trajectory=true",
-           "sweep_name=launcher_test", f"hydra.sweep.dir={sweep}"]  # the sweep-summary callback is in conf/hydra
+           "seed=0,1", "eval.limit=1", "eval.max_new_tokens=8", "sampler.max_steps=4",
+           "sampler.capture_trajectory=true", "sweep_name=launcher_test",
+           f"hydra.sweep.dir={sweep}"]  # the sweep-summary callback is in conf/hydra
     out = subprocess.run(cmd, cwd=REPO, env=offline_env(tmp_path / "home"), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     runs = sorted(p.parent for p in sweep.glob("*/metrics.json"))

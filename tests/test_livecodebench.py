@@ -122,6 +122,7 @@ def test_stdout_comparison_rules():
 
 # -- grading -------------------------------------------------------------------------------------------
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("qid, code, status", [
     ("fx_sum_max", mf.SUM_OK, "passed"),
     ("fx_sum_max", mf.SUM_WRONG, "wrong_answer"),
@@ -135,7 +136,8 @@ def test_stdout_comparison_rules():
     ("fx_pairs", mf.PAIRS_OK, "passed"),
     ("fx_pairs", "class Solution:\n    def countPairs(self, nums, target):\n        return -1\n", "wrong_answer"),
     ("fx_pairs", mf.PAIRS_SLOW, "timeout"),
-    ("fx_pairs", "class Solution:\n    def countPairs(self, nums, target):\n        return nums[99]\n", "runtime_error"),
+    ("fx_pairs", "class Solution:\n    def countPairs(self, nums, target):\n        return nums[99]\n",
+     "runtime_error"),
     ("fx_pairs", "class Solution:\n    def wrongName(self, nums, target):\n        return 2\n", "runtime_error"),
     ("fx_pairs", "import sys\nsys.exit(0)\n", "runtime_error"),
 ])
@@ -150,6 +152,7 @@ def test_grading_outcomes(problems, grader, qid, code, status):
         assert 0.9 < res.tests[0].time_s < 3.0
 
 
+@pytest.mark.sandbox
 def test_functional_tuples_count_as_lists(grader):
     from datetime import datetime
 
@@ -160,6 +163,7 @@ def test_functional_tuples_count_as_lists(grader):
     assert grader.grade(p, "class Solution:\n    def pair(self, n):\n        return (n, n + 1)\n").passed
 
 
+@pytest.mark.sandbox
 def test_all_tests_run_without_early_stop(problems):
     res = Grader(GradingConfig(timeout_s=1.0, stop_at_first_failure=False)).grade(
         problems["fx_sum_max"], "n = int(input())\nprint(5)\nprint(5)\n")
@@ -180,6 +184,7 @@ def test_pass_at_k_estimator():
 
 # -- eval and CLI --------------------------------------------------------------------------------------
 
+@pytest.mark.sandbox
 def test_eval_from_hydra_config_scores_end_to_end():
     with initialize_config_dir(config_dir=str(ROOT / "conf" / "eval"), version_base=None):
         cfg = compose(config_name="livecodebench", overrides=[f"data_dir={FIX}", "release=release_v2", "timeout_s=1.0"])
@@ -197,6 +202,7 @@ def test_eval_from_hydra_config_scores_end_to_end():
     assert summary["quality"] == 0.5 and summary["pass@1_medium"] == 1.0 and summary["pass@1_easy"] == 0.0
 
 
+@pytest.mark.sandbox
 def test_grade_cli_on_fixture(tmp_path):
     out = tmp_path / "graded.jsonl"
     proc = subprocess.run(

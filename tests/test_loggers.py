@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
-from harness.aggregate import read_metrics, read_samples
 from harness.loggers import NoLogger, WandbLogger, find_offline_runs, has_wandb_api_key, read_offline_run, resolve_mode
 from harness.pareto import make_report
-from tests.test_aggregate import make_run_dir, make_sweep
+from harness.store import read_metrics, read_samples
+from tests.helpers.runs import make_run_dir, make_sweep
 
 
 @pytest.fixture
@@ -37,10 +39,17 @@ def test_auto_mode_is_offline_without_a_key(no_wandb_key, monkeypatch):
     assert resolve_mode("offline") == "offline"
 
 
+@pytest.mark.slow  # real wandb (offline)
 def test_one_offline_run_per_job_with_metrics_and_samples_table(tmp_path, no_wandb_key):
-    runs = [make_run_dir(tmp_path / "sweep", name, [(16, n, c, [n]) for c in (1, 0, 1)],
-                         sampler={"name": "entropy_bound", "max_steps": 8, "entropy_bound": b})
-            for name, n, b in (("b0.1", 8, 0.1), ("b0.5", 2, 0.5))]
+    runs = [
+        make_run_dir(
+            tmp_path / "sweep",
+            name,
+            [(16, n, c, [n]) for c in (1, 0, 1)],
+            sampler={"name": "entropy_bound", "max_steps": 8, "entropy_bound": b},
+        )
+        for name, n, b in (("b0.1", 8, 0.1), ("b0.5", 2, 0.5))
+    ]
     logger = WandbLogger(project="proj", tags=["unit"], text_chars=5)
     # the first job "crashes" (never finishes): the next start must still get a fresh run, not the old one
     logger.start("crashed", "sweep", {"seed": 9}, str(tmp_path / "crashed"))
@@ -64,26 +73,90 @@ def test_one_offline_run_per_job_with_metrics_and_samples_table(tmp_path, no_wan
         assert "run" not in rec.summary
         table = rec.table("samples")
         n = metrics["nfe"] // 3  # per-sample forwards
-        assert table.iloc[0].to_dict() == {"sample_id": "q0", "text": "answ…", "correct": 1.0, "tpf": 16 / n, "nfe": n,
-                                           "num_tokens": 16, "finished_by": "eos"}
+        assert table.iloc[0].to_dict() == {
+            "sample_id": "q0",
+            "text": "answ…",
+            "correct": 1.0,
+            "tpf": 16 / n,
+            "nfe": n,
+            "num_tokens": 16,
+            "finished_by": "eos",
+        }
         assert table["sample_id"].tolist() == ["q0", "q1", "q2"] and table["correct"].tolist() == [1.0, 0.0, 1.0]
     (crashed,) = find_offline_runs(tmp_path / "crashed")
     ids.add(read_offline_run(crashed).run_id)
     assert len(ids) == 3
 
 
-def test_no_logger_writes_nothing(tmp_path):
-    logger = NoLogger()
-    logger.start("r", None, {}, str(tmp_path))
-    logger.finish({"quality": 1.0}, [])
-    logger.log_sweep("g", {"runs": pd.DataFrame()}, [], str(tmp_path))
-    assert list(tmp_path.iterdir()) == []
+def _listing(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under `root` (hidden ones too) with its size and mtime."""
+    return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
 
+def _log_a_job_and_a_sweep(logger, tmp_path: Path, monkeypatch) -> tuple[dict, dict]:
+    """One job and one sweep summary through `logger`, with every place wandb may write (cwd, HOME, WANDB_*
+    dirs, the run and sweep dirs) under `tmp_path`: the full listing of `tmp_path` before and after."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    for d in (home, cwd):
+        d.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("HOME", str(home))
+    for k in (
+        "WANDB_API_KEY",
+        "WANDB_BASE_URL",
+        "NETRC",
+        "WANDB_DIR",
+        "WANDB_CACHE_DIR",
+        "WANDB_CONFIG_DIR",
+        "WANDB_DATA_DIR",
+        "WANDB_ARTIFACT_DIR",
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_HOME",
+    ):
+        monkeypatch.delenv(k, raising=False)
+    run_dir = make_run_dir(
+        tmp_path / "sweep",
+        "b0.1",
+        [(16, 8, 1, [4, 4]), (8, 4, 0, [2])],
+        sampler={"name": "entropy_bound", "max_steps": 4, "entropy_bound": 0.1},
+    )
+    image = tmp_path / "plot.png"
+    image.write_bytes(_PNG)
+    before = _listing(tmp_path)
+    logger.start(run_dir.name, "sweep", {"model": {"name": "tiny"}, "seed": 0}, str(run_dir))
+    logger.finish(read_metrics(run_dir), read_samples(run_dir))
+    table = pd.DataFrame({"run_name": [run_dir.name], "tpf": [2.0]})
+    logger.log_sweep("sweep", {"runs": table}, [image], str(tmp_path / "sweep" / "summary"))
+    return before, _listing(tmp_path)
+
+
+# a valid 1x1 PNG (wandb.Image reads the file)
+_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000b49444154789c6360000200000500017a5eab3f0000000049454e44ae426082"
+)
+
+
+def test_no_logger_writes_nothing(tmp_path, monkeypatch):
+    before, after = _log_a_job_and_a_sweep(NoLogger(), tmp_path, monkeypatch)
+    assert after == before  # no file or folder added or changed anywhere: run dir, sweep dir, cwd, HOME
+
+
+@pytest.mark.slow
+def test_the_listing_sees_what_a_real_logger_writes(tmp_path, monkeypatch):
+    """Control for the test above: the same job through WandbLogger (offline) changes the listing."""
+    before, after = _log_a_job_and_a_sweep(WandbLogger(project="proj", mode="offline"), tmp_path, monkeypatch)
+    added = set(after) - set(before)
+    assert any(p.startswith("sweep/b0.1/wandb/offline-run-") for p in added)
+    assert any(p.startswith("sweep/summary/wandb/offline-run-") for p in added)
+
+
+@pytest.mark.slow  # real wandb (offline)
 def test_sweep_summary_run_holds_tables_and_pareto_images(tmp_path, no_wandb_key):
     report = make_report([make_sweep(tmp_path)], tmp_path / "summary")
-    WandbLogger(project="proj").log_sweep("bound_sweep", {"runs": report.table, "fronts": report.fronts},
-                                          report.pareto_pngs, str(tmp_path / "summary"))
+    WandbLogger(project="proj").log_sweep(
+        "bound_sweep", {"runs": report.table, "fronts": report.fronts}, report.pareto_pngs, str(tmp_path / "summary")
+    )
     (path,) = find_offline_runs(tmp_path / "summary" / "wandb")
     rec = read_offline_run(path)
     assert (rec.name, rec.group, rec.job_type) == ("bound_sweep-summary", "bound_sweep", "sweep_summary")

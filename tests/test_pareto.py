@@ -6,16 +6,9 @@ import numpy as np
 import pytest
 
 from harness.aggregate import collect
-from harness.pareto import (
-    annotate_fronts,
-    area_under_front,
-    canvas_evolution_figure,
-    front_mask,
-    make_report,
-    pareto_figure,
-    steps_histogram_figure,
-)
-from tests.test_aggregate import make_sweep
+from harness.fronts import annotate_fronts, area_under_front, front_mask
+from harness.pareto import canvas_evolution_figure, make_report, pareto_figure, steps_histogram_figure
+from tests.helpers.runs import make_sweep
 
 
 def test_front_mask_maximizes_both():
@@ -98,6 +91,7 @@ def test_canvas_evolution_marks_changed_tokens():
     assert canvas_evolution_figure({"trajectory": None}, "t") is None
 
 
+@pytest.mark.slow
 def test_make_report_writes_every_figure(tmp_path):
     sweep = make_sweep(tmp_path)
     report = make_report([sweep], tmp_path / "plots")
@@ -112,3 +106,19 @@ def test_make_report_writes_every_figure(tmp_path):
     assert "front: tiny (AUP 0.429" in svg and "b=0.1" in svg and "AR+MTP" in svg
     assert "step cap 4: 2 of 4 canvases hit it" in (tmp_path / "plots" / "runs" / "b0.05_steps.svg").read_text()
     assert [p.name for p in report.pareto_pngs] == ["pareto_prompts_tpf.png", "pareto_prompts_tokens_per_second.png"]
+
+
+def test_plot_labels_spell_knobs_as_run_names():
+    """One knob vocabulary (samplers.knobs): a point label and a run name spell each knob the same way."""
+    import pandas as pd
+
+    from harness.pareto import point_label
+    from samplers.knobs import label_part, run_name_part
+
+    row = pd.Series({"label": "diffusion", "sampler.max_steps": 8, "sampler.entropy_bound": 0.3,
+                     "sampler.remask_ratio": 0.1, "sampler.stop_entropy": np.nan})
+    knobs = ["sampler.max_steps", "sampler.entropy_bound", "sampler.remask_ratio", "sampler.stop_entropy"]
+    assert point_label(row, knobs) == "n=8 b=0.3 rm=0.1"
+    assert [run_name_part(k, v) for k, v in (("max_steps", 8), ("entropy_bound", 0.3), ("stop_entropy", 0.01))] == [
+        "n8", "b0.3", "stop_entropy0.01"]
+    assert label_part("threshold", 0.90) == "thr=0.9"

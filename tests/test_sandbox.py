@@ -13,6 +13,7 @@ from evals.sandbox import Limits, Sandbox
 from evals.sandbox.runner import tagged_processes
 
 pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytestmark, pytest.mark.sandbox]
 HAVE_BWRAP = shutil.which("bwrap") is not None
 IS_ROOT = os.geteuid() == 0
 LEVELS = [pytest.param("bwrap", marks=pytest.mark.skipif(not HAVE_BWRAP, reason="apt-get install -y bubblewrap")),
@@ -73,7 +74,8 @@ def test_rlimits_apply():
 def test_concurrent_runs_have_separate_process_budgets():
     """A fork-hungry run must not eat another run's RLIMIT_NPROC budget."""
     prog = ("import os, time\nn = 0\nfor _ in range(12):\n    try:\n        pid = os.fork()\n    except OSError:\n"
-            "        break\n    if pid == 0:\n        time.sleep(2)\n        os._exit(0)\n    n += 1\nprint(n)\ntime.sleep(1)\n")
+            "        break\n    if pid == 0:\n        time.sleep(2)\n        os._exit(0)\n    n += 1\n"
+            "print(n)\ntime.sleep(1)\n")
     outs = []
     runs = [threading.Thread(target=lambda: outs.append(
         Sandbox(Limits(wall_s=15, max_processes=20)).run({"m.py": prog}, "m.py").stdout)) for _ in range(3)]
@@ -90,7 +92,7 @@ def test_bad_input_is_rejected_clearly():
     with pytest.raises(ValueError, match="not among the sandbox files"):
         Sandbox().run({"main.py": ""}, "other.py")
     with pytest.raises(ValueError, match="unknown sandbox isolation"):
-        Sandbox(isolation="docker").isolation
+        _ = Sandbox(isolation="docker").isolation
     with pytest.raises(ValueError, match="wall_s must be > 0"):
         Limits(wall_s=0)
 

@@ -26,6 +26,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install -y bubblewrap"),
     pytest.mark.timeout(60),
 ]
+pytestmark = [*pytestmark, pytest.mark.sandbox]
 
 TIMEOUT_S = 1.0
 BOUND_S = (TIMEOUT_S + 1) * 1 + 5 + 3  # official overall limit for one test + slack for a busy 2-core box
@@ -129,7 +130,8 @@ HOSTILE = {
         "for fd in range(3, 64):\n    try:\n        os.write(fd, rec.encode())\n    except OSError:\n        pass\n"
     ),
     "monkeypatch_checker": (
-        "import builtins, json, sys\njson.dumps = lambda *a, **k: '{\"i\": 0, \"status\": \"ok\", \"out\": \"7\\\\n4\\\\n\"}'\n"
+        "import builtins, json, sys\n"
+        "json.dumps = lambda *a, **k: '{\"i\": 0, \"status\": \"ok\", \"out\": \"7\\\\n4\\\\n\"}'\n"
         "json.loads = lambda *a, **k: {'i': 0, 'status': 'ok', 'out': '7\\n4\\n', 't': 0}\n"
         "builtins.print = lambda *a, **k: None\n"
         "for p in ('/code/driver.py', '/code/tests.json'):\n"

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.test_app import REPO, run_app
+import pytest
+
+from tests.helpers.app import REPO, run_app
+
+pytestmark = pytest.mark.slow
 
 
 def test_sweep_on_shipped_model_shows_the_tradeoff(tmp_path):

@@ -21,8 +21,9 @@ class GPQAEval(LmEvalEval):
 
     name = "gpqa"
 
-    def __init__(self, task: str = "gpqa_diamond_cot_zeroshot", data_files: str | None = None,
-                 name: str = "gpqa", **kwargs):
+    def __init__(
+        self, task: str = "gpqa_diamond_cot_zeroshot", data_files: str | None = None, name: str = "gpqa", **kwargs
+    ):
         builtin_yaml(task)
         self.task, self.data_files = task, str(check_data_file(data_files)) if data_files else None
         kwargs.setdefault("main_filter", "flexible-extract")
@@ -39,5 +40,9 @@ class GPQAEval(LmEvalEval):
         return src.tasks, src.include_path + self.include_path
 
     def doc_fields(self, doc: dict[str, Any]) -> dict[str, Any]:
-        return {"choices": doc.get("choices"), "correct_letter": doc.get("answer"),
-                "question": doc.get("Question"), "record_id": doc.get("Record ID")}
+        return {
+            "choices": doc.get("choices"),
+            "correct_letter": doc.get("answer"),
+            "question": doc.get("Question"),
+            "record_id": doc.get("Record ID"),
+        }

@@ -6,7 +6,7 @@ Uses the built-in task's own `filter_list` (strict-match: "The answer is (X)"; f
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from lm_eval.filters import build_filter_ensemble
@@ -16,7 +16,7 @@ from evals.gpqa.tasks import builtin_yaml
 from evals.lmeval.thoughts import split_thoughts
 
 
-@lru_cache(maxsize=None)
+@cache
 def task_filters(task: str = "gpqa_diamond_cot_zeroshot") -> tuple[tuple[str, list], ...]:
     """(filter name, [(function, kwargs), ...]) from the built-in task YAML."""
     cfg = load_yaml(builtin_yaml(task), resolve_func=False)
@@ -27,8 +27,9 @@ def task_filters(task: str = "gpqa_diamond_cot_zeroshot") -> tuple[tuple[str, li
     return tuple(out)
 
 
-def extract_answers(reply: str, doc: dict[str, Any], task: str = "gpqa_diamond_cot_zeroshot",
-                    starts_in_thought: bool = False) -> dict[str, str]:
+def extract_answers(
+    reply: str, doc: dict[str, Any], task: str = "gpqa_diamond_cot_zeroshot", starts_in_thought: bool = False
+) -> dict[str, str]:
     """Per filter, the letter lm-eval would extract from `reply` ("[invalid]" when none)."""
     answer = split_thoughts(reply, starts_in_thought).answer
     out = {}

@@ -47,8 +47,11 @@ def check_data_file(path: str | Path) -> Path:
         raise FileNotFoundError(f"eval.data_files: {p} not found")
     if p.suffix not in (".json", ".jsonl"):
         raise ValueError(f"eval.data_files: {p} must be .json or .jsonl (GPQA rows as JSON)")
-    rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()] \
-        if p.suffix == ".jsonl" else json.loads(p.read_text(encoding="utf-8"))
+    rows = (
+        [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if p.suffix == ".jsonl"
+        else json.loads(p.read_text(encoding="utf-8"))
+    )
     if not rows:
         raise ValueError(f"eval.data_files: {p} holds no rows")
     for n, row in enumerate(rows, 1):

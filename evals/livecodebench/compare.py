@@ -31,8 +31,9 @@ def _numeric_line_equal(got: str, want: str, float_tolerance: float) -> bool:
         return False
     try:
         if float_tolerance > 0:
-            return all(math.isclose(float(x), float(y), rel_tol=float_tolerance, abs_tol=float_tolerance)
-                       for x, y in zip(a, b))
+            return all(
+                math.isclose(float(x), float(y), rel_tol=float_tolerance, abs_tol=float_tolerance) for x, y in zip(a, b)
+            )
         return a == b
     except (InvalidOperation, ValueError, OverflowError):  # e.g. "sNaN" refuses to compare
         return False

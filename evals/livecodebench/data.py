@@ -79,8 +79,10 @@ def release_files(release: str) -> list[str]:
         first, last = int(m.group(1)), int(m.group(2) or m.group(1))
         if 1 <= first <= last <= NUM_RELEASES:
             return [name(n) for n in range(first, last + 1)]
-    raise ValueError(f"unknown LiveCodeBench release {release!r}: use release_v1..release_v{NUM_RELEASES}, "
-                     f"release_latest, vN (one release) or vA_vB (a range)")
+    raise ValueError(
+        f"unknown LiveCodeBench release {release!r}: use release_v1..release_v{NUM_RELEASES}, "
+        f"release_latest, vN (one release) or vA_vB (a range)"
+    )
 
 
 class _StringOnlyUnpickler(pickle.Unpickler):
@@ -177,4 +179,6 @@ def load_problems(
     if start and end and start > end:
         raise ValueError(f"start_date {start_date} is after end_date {end_date}")
     problems = [p for path in paths for p in read_jsonl(path)]
-    return [p for p in problems if (start is None or p.contest_date >= start) and (end is None or p.contest_date <= end)]
+    return [
+        p for p in problems if (start is None or p.contest_date >= start) and (end is None or p.contest_date <= end)
+    ]

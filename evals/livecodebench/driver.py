@@ -25,10 +25,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ERR_TAIL = 2000
 # The official runner executes candidates after star-importing these modules (and then importing each
 # by name) with a recursion limit of 50000; programs that lean on those names must behave the same here.
-PRELUDE_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
-                   "statistics", "itertools", "functools", "operator", "io", "sys", "json", "builtins", "typing")
-PRELUDE = "".join(f"from {m} import *\n" for m in PRELUDE_MODULES) + "".join(
-    f"import {m}\n" for m in PRELUDE_MODULES if m not in ("builtins", "typing")) + "sys.setrecursionlimit(50000)\n"
+PRELUDE_MODULES = (
+    "string",
+    "re",
+    "datetime",
+    "collections",
+    "heapq",
+    "bisect",
+    "copy",
+    "math",
+    "random",
+    "statistics",
+    "itertools",
+    "functools",
+    "operator",
+    "io",
+    "sys",
+    "json",
+    "builtins",
+    "typing",
+)
+PRELUDE = (
+    "".join(f"from {m} import *\n" for m in PRELUDE_MODULES)
+    + "".join(f"import {m}\n" for m in PRELUDE_MODULES if m not in ("builtins", "typing"))
+    + "sys.setrecursionlimit(50000)\n"
+)
 
 
 def make_undumpable():
@@ -69,7 +90,7 @@ def run_child(code, mode, func_name, test_input, result_fd):
             data = to_json(method(*args)).encode()
             view = memoryview(data)
             while view:
-                view = view[os.write(result_fd, view):]
+                view = view[os.write(result_fd, view) :]
     except BaseException:
         traceback.print_exc()
         status = 1
@@ -181,8 +202,10 @@ def main():
         code = compile(source, "solution.py", "exec")
     except BaseException as exc:
         for i in range(len(spec["inputs"])):
-            print(json.dumps({"i": i, "status": "compile_error", "t": 0.0, "out": "", "err": repr(exc)[-ERR_TAIL:]}),
-                  flush=True)
+            print(
+                json.dumps({"i": i, "status": "compile_error", "t": 0.0, "out": "", "err": repr(exc)[-ERR_TAIL:]}),
+                flush=True,
+            )
         return
     exec(PRELUDE, {})  # import the prelude modules once; each test's child then only rebinds names
     for i, test_input in enumerate(spec["inputs"]):

@@ -39,8 +39,11 @@ class LiveCodeBenchEval(Eval):
         self.name = name
         self.data_dir, self.release, self.hub_repo = data_dir, release, hub_repo
         self.start_date, self.end_date, self.chat = start_date, end_date, chat
-        self.grader = Grader(GradingConfig(timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation,
-                                           float_tolerance=float_tolerance))
+        self.grader = Grader(
+            GradingConfig(
+                timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation, float_tolerance=float_tolerance
+            )
+        )
         self._problems: dict[str, Problem] | None = None
 
     def problems(self) -> dict[str, Problem]:
@@ -56,8 +59,13 @@ class LiveCodeBenchEval(Eval):
                 sample_id=p.question_id,
                 prompt=build_prompt(p, chat=self.chat),
                 target=p.question_id,
-                meta={"difficulty": p.difficulty, "platform": p.platform, "contest_date": p.contest_date.isoformat(),
-                      "release": self.release, "mode": p.mode},
+                meta={
+                    "difficulty": p.difficulty,
+                    "platform": p.platform,
+                    "contest_date": p.contest_date.isoformat(),
+                    "release": self.release,
+                    "mode": p.mode,
+                },
             )
             for p in self.problems().values()
         ]
@@ -87,5 +95,7 @@ class LiveCodeBenchEval(Eval):
         levels = sorted({r.get("sandbox", "") for r in scored} - {"", "none"})
         out["sandbox"] = ",".join(levels) or "none"
         if any(level != "bwrap" for level in levels):
-            out["sandbox_warning"] = "programs ran with weaker isolation than bubblewrap (apt-get install -y bubblewrap)"
+            out["sandbox_warning"] = (
+                "programs ran with weaker isolation than bubblewrap (apt-get install -y bubblewrap)"
+            )
         return out

@@ -71,8 +71,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     problems = read_problems(args.problems, args.release)
     candidates = read_candidates(args.candidates, problems)
-    grader = Grader(GradingConfig(timeout_s=args.timeout, memory_mb=args.memory_mb, isolation=args.isolation,
-                                  float_tolerance=args.float_tolerance))
+    grader = Grader(
+        GradingConfig(
+            timeout_s=args.timeout,
+            memory_mb=args.memory_mb,
+            isolation=args.isolation,
+            float_tolerance=args.float_tolerance,
+        )
+    )
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda c: grader.grade(problems[c[0]], c[1]), candidates))
 
@@ -80,14 +86,27 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for (qid, _), res in zip(candidates, results):
         graded.setdefault(qid, []).append(res.passed)
-        rows.append({"question_id": qid, "sample": len(graded[qid]) - 1, "passed": res.passed, "status": res.status,
-                     "num_passed": res.num_passed, "num_tests": res.num_tests, "sandbox": res.sandbox,
-                     "wall_s": round(res.wall_s, 3), "tests": [t.__dict__ for t in res.tests]})
+        rows.append(
+            {
+                "question_id": qid,
+                "sample": len(graded[qid]) - 1,
+                "passed": res.passed,
+                "status": res.status,
+                "num_passed": res.num_passed,
+                "num_tests": res.num_tests,
+                "sandbox": res.sandbox,
+                "wall_s": round(res.wall_s, 3),
+                "tests": [t.__dict__ for t in res.tests],
+            }
+        )
     if args.out:
         Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    summary = {"problems": len(graded), "candidates": len(candidates),
-               **mean_pass_at_k(graded, [int(k) for k in args.k.split(",") if k.strip()]),
-               "sandbox": ",".join(sorted({r["sandbox"] for r in rows} - {"none"})) or "none"}
+    summary = {
+        "problems": len(graded),
+        "candidates": len(candidates),
+        **mean_pass_at_k(graded, [int(k) for k in args.k.split(",") if k.strip()]),
+        "sandbox": ",".join(sorted({r["sandbox"] for r in rows} - {"none"})) or "none",
+    }
     print(json.dumps(summary, indent=2))
     return summary
 

@@ -74,13 +74,24 @@ class Grader:
         if not tests:
             raise ValueError(f"problem {problem.question_id} has no tests")
         if not code.strip():
-            return GradeResult(problem.question_id, False, "no_code", len(tests), 0, "none",
-                               tests=[TestVerdict(i, "not_run") for i in range(len(tests))])
+            return GradeResult(
+                problem.question_id,
+                False,
+                "no_code",
+                len(tests),
+                0,
+                "none",
+                tests=[TestVerdict(i, "not_run") for i in range(len(tests))],
+            )
         mode = problem.mode
         if mode == "functional" and not problem.func_name:
             raise ValueError(f"functional problem {problem.question_id} has no metadata.func_name")
-        spec = {"mode": mode, "func_name": problem.func_name, "timeout_s": self.config.timeout_s,
-                "inputs": [t.input for t in tests]}
+        spec = {
+            "mode": mode,
+            "func_name": problem.func_name,
+            "timeout_s": self.config.timeout_s,
+            "inputs": [t.input for t in tests],
+        }
         sandbox = Sandbox(self._limits(tests), isolation=self.config.isolation, python=self.python)
         verdicts: dict[int, TestVerdict] = {}
 
@@ -92,17 +103,35 @@ class Grader:
             return self.config.stop_at_first_failure and not verdict.passed
 
         args = ["--own-pid-namespace"] if sandbox.isolation in ("bwrap", "unshare") else []
-        res = sandbox.run({"driver.py": DRIVER, "solution.py": code, "tests.json": json.dumps(spec)},
-                          "driver.py", args=args, stop_when=judge)
-        missing = "timeout" if res.timed_out else "output_limit" if res.output_limited else \
-            "not_run" if res.stopped_early else "no_result"
-        ordered = [verdicts.get(i) or TestVerdict(i, missing, detail=res.stderr[-500:].decode(errors="replace"))
-                   for i in range(len(tests))]
+        res = sandbox.run(
+            {"driver.py": DRIVER, "solution.py": code, "tests.json": json.dumps(spec)},
+            "driver.py",
+            args=args,
+            stop_when=judge,
+        )
+        missing = (
+            "timeout"
+            if res.timed_out
+            else "output_limit"
+            if res.output_limited
+            else "not_run"
+            if res.stopped_early
+            else "no_result"
+        )
+        ordered = [
+            verdicts.get(i) or TestVerdict(i, missing, detail=res.stderr[-500:].decode(errors="replace"))
+            for i in range(len(tests))
+        ]
         failed = next((v for v in ordered if not v.passed), None)
         return GradeResult(
-            question_id=problem.question_id, passed=failed is None, status=failed.status if failed else "passed",
-            num_tests=len(tests), num_passed=sum(v.passed for v in ordered), sandbox=res.isolation,
-            wall_s=res.wall_s, tests=ordered,
+            question_id=problem.question_id,
+            passed=failed is None,
+            status=failed.status if failed else "passed",
+            num_tests=len(tests),
+            num_passed=sum(v.passed for v in ordered),
+            sandbox=res.isolation,
+            wall_s=res.wall_s,
+            tests=ordered,
         )
 
     def _limits(self, tests) -> Limits:
@@ -113,8 +142,12 @@ class Grader:
         biggest_in = max(len(t.input.encode()) for t in tests)
         file_mb = max(8, math.ceil(4 * biggest_out / MB))
         return Limits(
-            wall_s=wall, cpu_s=math.ceil(wall), memory_mb=cfg.memory_mb, file_size_mb=max(file_mb, math.ceil(biggest_in / MB) + 1),
-            max_processes=cfg.max_processes, stdout_bytes=64 * MB + 8 * sum(len(t.output.encode()) for t in tests),
+            wall_s=wall,
+            cpu_s=math.ceil(wall),
+            memory_mb=cfg.memory_mb,
+            file_size_mb=max(file_mb, math.ceil(biggest_in / MB) + 1),
+            max_processes=cfg.max_processes,
+            stdout_bytes=64 * MB + 8 * sum(len(t.output.encode()) for t in tests),
             tmp_size_mb=64 + 2 * file_mb + 2 * math.ceil(biggest_in / MB),
         )
 
@@ -131,6 +164,9 @@ class Grader:
             known = {"timeout", "runtime_error", "compile_error", "output_limit"}
             return TestVerdict(i, status if status in known else "runtime_error", t, err)
         want = tests[i].output
-        ok = functional_matches(out, want) if mode == "functional" else \
-            stdout_matches(out, want, self.config.float_tolerance)
+        ok = (
+            functional_matches(out, want)
+            if mode == "functional"
+            else stdout_matches(out, want, self.config.float_tolerance)
+        )
         return TestVerdict(i, "passed" if ok else "wrong_answer", t, "" if ok else err)

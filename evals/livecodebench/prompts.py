@@ -15,7 +15,10 @@ SYSTEM_MESSAGE = (
     "generate a correct Python program that matches the specification and passes all tests. You will NOT "
     "return anything except for the program."
 )
-FORMAT_WITH_STARTER = "You will use the following starter code to write the solution to the problem and enclose your code within delimiters."
+FORMAT_WITH_STARTER = (
+    "You will use the following starter code to write the solution to the problem and enclose your code within "
+    "delimiters."
+)
 FORMAT_WITHOUT_STARTER = (
     "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on "
     "the sample inputs). Enclose your code within delimiters as follows."

@@ -1,10 +1,11 @@
 """How a sandboxed program is started at each isolation level, strongest first.
 
 - "bwrap": bubblewrap run as an unprivileged user (a leased uid when the grader is root, see `uids`;
-  else the grader's own user), seen as 65534 inside, in fresh user/pid/net/ipc/uts/mount namespaces: the root is a read-only skeleton holding only
-  /usr (the interpreter), the program's files read-only at /code, a fresh /proc for its own pid namespace,
-  a minimal /dev and a size-capped private /tmp (its working directory). No network, not even the host's
-  loopback. When the run ends its pid namespace dies, taking daemons with it.
+  else the grader's own user), seen as 65534 inside, in fresh user/pid/net/ipc/uts/mount namespaces: the
+  root is a read-only skeleton holding only /usr (the interpreter), the program's files read-only at
+  /code, a fresh /proc for its own pid namespace, a minimal /dev and a size-capped private /tmp (its
+  working directory). No network, not even the host's loopback. When the run ends its pid namespace dies,
+  taking daemons with it.
 - "unshare": util-linux `unshare` (root only) for pid/net/ipc/uts/mount namespaces, tmpfs over /tmp,
   /var/tmp and /dev/shm, the files bound read-only at /mnt, then `setpriv` to the leased uid. The rest of the
   filesystem stays visible (world-readable files can be read).
@@ -13,15 +14,16 @@
 
 The rlimits (`prlimit`) apply at every level; RLIMIT_NPROC only binds because the program never runs as
 root (it does not bind root).
+
+This module only builds the commands; choosing a level (`auto`) starts a probe program, so that lives with
+the runner (`evals.sandbox.runner.resolve_level`).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import shlex
 import shutil
-import warnings
 
 from evals.sandbox.limits import Limits
 
@@ -67,75 +69,123 @@ def _python_binds(python: str) -> list[str]:
 
 
 def bwrap_command(limits: Limits, python: str, code_dir: str, entry: str, args: list[str], run_id: str) -> list[str]:
-    cmd = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns",
-           "--die-with-parent", "--new-session", "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    cmd = [
+        shutil.which("bwrap") or "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--uid",
+        str(NOBODY),
+        "--gid",
+        str(NOBODY),
+        "--hostname",
+        "sandbox",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for d in TOP_LEVEL_SYSTEM_DIRS:
         if os.path.islink(d):
             cmd += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             cmd += ["--ro-bind", d, d]
     cmd += _python_binds(python)
-    cmd += ["--ro-bind", code_dir, "/code", "--proc", "/proc", "--dev", "/dev",
-            "--size", str(limits.tmp_size_mb << 20), "--tmpfs", "/tmp",
-            "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
-            "--clearenv", "--setenv", "PATH", ENV_PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
-            "--setenv", "SANDBOX_RUN_ID", run_id, "--", python, "-I", f"/code/{entry}", *args]
+    cmd += [
+        "--ro-bind",
+        code_dir,
+        "/code",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(limits.tmp_size_mb << 20),
+        "--tmpfs",
+        "/tmp",
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        "/tmp",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        ENV_PATH,
+        "--setenv",
+        "HOME",
+        "/tmp",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "SANDBOX_RUN_ID",
+        run_id,
+        "--",
+        python,
+        "-I",
+        f"/code/{entry}",
+        *args,
+    ]
     return cmd
 
 
-def unshare_command(limits: Limits, python: str, code_dir: str, entry: str, args: list[str], run_id: str,
-                    uid: int) -> list[str]:
+def unshare_command(
+    limits: Limits, python: str, code_dir: str, entry: str, args: list[str], run_id: str, uid: int
+) -> list[str]:
     """Root only: namespaces via unshare, private tmpfs dirs via mount, then drop to `uid` with setpriv."""
     size = limits.tmp_size_mb << 20
-    inner = " && ".join([
-        f"mount --bind {shlex.quote(code_dir)} /mnt",
-        "mount -o remount,bind,ro /mnt",
-        *(f"mount -t tmpfs -o size={size},mode=1777 tmpfs {d}" for d in ("/tmp", "/var/tmp", "/dev/shm")),
-        "cd /tmp",
-        "exec " + shlex.join([
-            "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "--no-new-privs", "--", "env", "-i", f"PATH={ENV_PATH}", "HOME=/tmp",
-            "LANG=C.UTF-8", f"SANDBOX_RUN_ID={run_id}", python, "-I", f"/mnt/{entry}", *args]),
-    ])
-    return ["unshare", "--fork", "--pid", "--mount-proc", "--net", "--ipc", "--uts", "--mount",
-            "--propagation", "private", "--kill-child", "--", "/bin/sh", "-c", inner]
+    inner = " && ".join(
+        [
+            f"mount --bind {shlex.quote(code_dir)} /mnt",
+            "mount -o remount,bind,ro /mnt",
+            *(f"mount -t tmpfs -o size={size},mode=1777 tmpfs {d}" for d in ("/tmp", "/var/tmp", "/dev/shm")),
+            "cd /tmp",
+            "exec "
+            + shlex.join(
+                [
+                    "setpriv",
+                    f"--reuid={uid}",
+                    f"--regid={uid}",
+                    "--clear-groups",
+                    "--inh-caps=-all",
+                    "--bounding-set=-all",
+                    "--no-new-privs",
+                    "--",
+                    "env",
+                    "-i",
+                    f"PATH={ENV_PATH}",
+                    "HOME=/tmp",
+                    "LANG=C.UTF-8",
+                    f"SANDBOX_RUN_ID={run_id}",
+                    python,
+                    "-I",
+                    f"/mnt/{entry}",
+                    *args,
+                ]
+            ),
+        ]
+    )
+    return [
+        "unshare",
+        "--fork",
+        "--pid",
+        "--mount-proc",
+        "--net",
+        "--ipc",
+        "--uts",
+        "--mount",
+        "--propagation",
+        "private",
+        "--kill-child",
+        "--",
+        "/bin/sh",
+        "-c",
+        inner,
+    ]
 
 
 def process_command(python: str, code_dir: str, entry: str, args: list[str]) -> list[str]:
     return [python, "-I", os.path.join(code_dir, entry), *args]
-
-
-@functools.lru_cache(maxsize=None)
-def level_works(level: str, python: str) -> bool:
-    """Probe once per process: can this level start a trivial program here?"""
-    if level == "bwrap" and not shutil.which("bwrap"):
-        return False
-    if level == "unshare" and (os.geteuid() != 0 or not all(map(shutil.which, ("unshare", "setpriv", "mount")))
-                               or not os.path.isdir("/mnt")):
-        return False
-    from evals.sandbox.runner import Sandbox  # late: runner imports this module
-
-    for _ in range(2):  # one retry: a busy machine should not silently cost the run its isolation
-        res = Sandbox(Limits(wall_s=20, cpu_s=5), isolation=level, python=python).run({"probe.py": "print('ok')"}, "probe.py")
-        ok = res.returncode == 0 and res.stdout.strip() == b"ok"
-        if ok:
-            break
-    if not ok:
-        warnings.warn(f"sandbox level {level!r} failed its probe: rc={res.returncode} stderr={res.stderr[-300:]!r}", RuntimeWarning, stacklevel=2)
-    return ok
-
-
-def resolve_level(requested: str, python: str) -> str:
-    """`auto` picks the strongest level that works here and warns when that is not bwrap."""
-    if requested != "auto":
-        if requested not in LEVELS:
-            raise ValueError(f"unknown sandbox isolation {requested!r}; choose auto or one of {LEVELS}")
-        return requested
-    for level in LEVELS:
-        if level == "process" or level_works(level, python):
-            if level != "bwrap":
-                warnings.warn(f"bubblewrap sandbox unavailable (apt-get install -y bubblewrap); "
-                              f"falling back to weaker isolation {level!r}", RuntimeWarning, stacklevel=2)
-            return level
-    raise AssertionError("unreachable")
-

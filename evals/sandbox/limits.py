@@ -21,8 +21,17 @@ class Limits:
     tmp_size_mb: int = 64  # size of the private, writable /tmp (the working directory)
 
     def __post_init__(self):
-        for name in ("wall_s", "cpu_s", "memory_mb", "file_size_mb", "max_processes", "max_open_files",
-                     "stdout_bytes", "stderr_bytes", "tmp_size_mb"):
+        for name in (
+            "wall_s",
+            "cpu_s",
+            "memory_mb",
+            "file_size_mb",
+            "max_processes",
+            "max_open_files",
+            "stdout_bytes",
+            "stderr_bytes",
+            "tmp_size_mb",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"sandbox limit {name} must be > 0, got {getattr(self, name)!r}")
 

@@ -8,6 +8,7 @@ computed here: callers judge the captured stdout themselves.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import selectors
@@ -17,12 +18,13 @@ import subprocess
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 
 from evals.sandbox import isolation
 from evals.sandbox.isolation import default_python
-from evals.sandbox.uids import lease_uid
 from evals.sandbox.limits import Limits, SandboxResult
+from evals.sandbox.uids import lease_uid
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _AFTER_EXIT_GRACE_S = 1.0  # how long pipes may stay open after the main process exited
@@ -40,7 +42,7 @@ class Sandbox:
     @property
     def isolation(self) -> str:
         if self._level is None:
-            self._level = isolation.resolve_level(self.requested_isolation, self.python)
+            self._level = resolve_level(self.requested_isolation, self.python)
         return self._level
 
     def run(
@@ -71,7 +73,9 @@ class Sandbox:
 
     # -- setup ---------------------------------------------------------------------------------------
 
-    def _prepare(self, root: str, files: Mapping[str, str | bytes], level: str, uid: int | None) -> tuple[str, str | None]:
+    def _prepare(
+        self, root: str, files: Mapping[str, str | bytes], level: str, uid: int | None
+    ) -> tuple[str, str | None]:
         """Files go in root/code (read-only to the program); `process` also gets a writable root/work."""
         os.chmod(root, 0o711)  # the unprivileged sandbox user may traverse, not list
         code_dir = os.path.join(root, "code")
@@ -93,7 +97,9 @@ class Sandbox:
                 os.chown(work_dir, uid, uid)
         return code_dir, work_dir
 
-    def _command(self, level: str, code_dir: str, entry: str, args: list[str], run_id: str, uid: int | None) -> list[str]:
+    def _command(
+        self, level: str, code_dir: str, entry: str, args: list[str], run_id: str, uid: int | None
+    ) -> list[str]:
         prefix = isolation.prlimit_prefix(self.limits)
         if level == "bwrap":
             return prefix + isolation.bwrap_command(self.limits, self.python, code_dir, entry, args, run_id)
@@ -111,7 +117,12 @@ class Sandbox:
         if uid is not None and level in ("bwrap", "process"):  # `unshare` needs root to mount; setpriv drops later
             popen_kw.update(user=uid, group=uid, extra_groups=[])
         if level == "process":
-            popen_kw["env"] = {"PATH": isolation.ENV_PATH, "HOME": work_dir, "LANG": "C.UTF-8", "SANDBOX_RUN_ID": run_id}
+            popen_kw["env"] = {
+                "PATH": isolation.ENV_PATH,
+                "HOME": work_dir,
+                "LANG": "C.UTF-8",
+                "SANDBOX_RUN_ID": run_id,
+            }
         else:
             popen_kw["env"] = {"PATH": isolation.ENV_PATH}
         stdin_f = None
@@ -119,12 +130,13 @@ class Sandbox:
             stdin_path = os.path.join(root, "stdin")
             with open(stdin_path, "wb") as f:
                 f.write(stdin)
-            stdin_f = open(stdin_path, "rb")  # noqa: SIM115 - closed below; an fd, so no deadlock on big input
+            stdin_f = open(stdin_path, "rb")  # closed below; a file, not a pipe: no deadlock on big input
         out, err = bytearray(), bytearray()
         timed_out = output_limited = stopped = False
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=stdin_f or subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, **popen_kw)
+        proc = subprocess.Popen(
+            argv, stdin=stdin_f or subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen_kw
+        )
         try:
             if stdin_f:
                 stdin_f.close()
@@ -153,7 +165,7 @@ class Sandbox:
                         out += chunk
                         if len(out) > lim.stdout_bytes:
                             output_limited = True
-                            del out[lim.stdout_bytes:]
+                            del out[lim.stdout_bytes :]
                         elif stop_when is not None:
                             while (nl := out.find(b"\n", scanned)) >= 0:
                                 line, scanned = bytes(out[scanned:nl]), nl + 1
@@ -175,9 +187,61 @@ class Sandbox:
         finished = not (timed_out or output_limited or stopped)
         return SandboxResult(
             returncode=proc.returncode if finished and not killed else None,
-            stdout=bytes(out), stderr=bytes(err), wall_s=time.monotonic() - t0, isolation=level,
-            timed_out=timed_out, output_limited=output_limited, stopped_early=stopped, run_id=run_id,
+            stdout=bytes(out),
+            stderr=bytes(err),
+            wall_s=time.monotonic() - t0,
+            isolation=level,
+            timed_out=timed_out,
+            output_limited=output_limited,
+            stopped_early=stopped,
+            run_id=run_id,
         )
+
+
+# -- choosing the isolation level ---------------------------------------------------------------------
+
+
+@functools.cache
+def level_works(level: str, python: str) -> bool:
+    """Probe once per process: can this level start a trivial program here?"""
+    if level == "bwrap" and not shutil.which("bwrap"):
+        return False
+    if level == "unshare" and (
+        os.geteuid() != 0 or not all(map(shutil.which, ("unshare", "setpriv", "mount"))) or not os.path.isdir("/mnt")
+    ):
+        return False
+    for _ in range(2):  # one retry: a busy machine should not silently cost the run its isolation
+        probe = Sandbox(Limits(wall_s=20, cpu_s=5), isolation=level, python=python)
+        res = probe.run({"probe.py": "print('ok')"}, "probe.py")
+        ok = res.returncode == 0 and res.stdout.strip() == b"ok"
+        if ok:
+            break
+    if not ok:
+        warnings.warn(
+            f"sandbox level {level!r} failed its probe: rc={res.returncode} stderr={res.stderr[-300:]!r}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return ok
+
+
+def resolve_level(requested: str, python: str) -> str:
+    """`auto` picks the strongest level that works here and warns when that is not bwrap."""
+    if requested != "auto":
+        if requested not in isolation.LEVELS:
+            raise ValueError(f"unknown sandbox isolation {requested!r}; choose auto or one of {isolation.LEVELS}")
+        return requested
+    for level in isolation.LEVELS:
+        if level == "process" or level_works(level, python):
+            if level != "bwrap":
+                warnings.warn(
+                    f"bubblewrap sandbox unavailable (apt-get install -y bubblewrap); "
+                    f"falling back to weaker isolation {level!r}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return level
+    raise AssertionError("unreachable")
 
 
 def _kill_run(proc: subprocess.Popen, run_id: str) -> bool:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 UID_BASE = 1_900_000  # far above any login or system account and the usual /etc/subuid ranges
 UID_SLOTS = 512

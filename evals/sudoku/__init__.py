@@ -1,4 +1,4 @@
-"""Sudoku: unique-solution puzzle generation, prompt formats, the eval, and the training data stream."""
+"""Sudoku: unique-solution puzzle generation, prompt formats, the eval, the training data stream and recipe."""
 
 from evals.sudoku.eval import SudokuEval
 

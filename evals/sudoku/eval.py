@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from evals.base import Eval, EvalItem
+from evals.paths import resolve_path
 from evals.sudoku.formats import FORMATS, build_prompt, parse_answer
 from evals.sudoku.grid import from_string, is_valid_solution, keeps_givens
 from evals.sudoku.io import load_puzzles
@@ -44,10 +45,20 @@ def score_answer(puzzle: str, solution: str, answer: str | None) -> dict[str, An
 class SudokuEval(Eval):
     name = "sudoku"
 
-    def __init__(self, size: int = 6, num_puzzles: int = 200, blanks: tuple[int, int] | list[int] = (18, 26),
-                 seed: int = 0, format: str = "compact", path: str | None = None,
-                 bucket_edges: list[int] | None = None, max_new_tokens: int | None = None,
-                 stop_strings: list[str] | None = None, limit: int | None = None, name: str | None = None):
+    def __init__(
+        self,
+        size: int = 6,
+        num_puzzles: int = 200,
+        blanks: tuple[int, int] | list[int] = (18, 26),
+        seed: int = 0,
+        format: str = "compact",
+        path: str | None = None,
+        bucket_edges: list[int] | None = None,
+        max_new_tokens: int | None = None,
+        stop_strings: list[str] | None = None,
+        limit: int | None = None,
+        name: str | None = None,
+    ):
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         cells = size * size
@@ -68,7 +79,7 @@ class SudokuEval(Eval):
     def puzzles(self) -> list[Puzzle]:
         if self._puzzles is None:
             if self.path:
-                ps = load_puzzles(self.path)
+                ps = load_puzzles(resolve_path(self.path))  # repo-relative paths work from any directory
                 bad = [p.puzzle for p in ps if p.size != self.size]
                 if bad:
                     raise ValueError(f"{self.path}: {len(bad)} puzzles are not {self.size}x{self.size}, e.g. {bad[0]}")
@@ -80,10 +91,18 @@ class SudokuEval(Eval):
     def items(self) -> list[EvalItem]:
         out = []
         for i, p in enumerate(self.puzzles()):
-            meta = {"puzzle": p.puzzle, "blanks": p.blanks, "nodes": p.nodes,
-                    "blank_bucket": blank_bucket(p.blanks, self.bucket_edges), "effort_bucket": effort_bucket(p)}
-            out.append(EvalItem(f"{self.name}-{i:05d}-{p.puzzle}", build_prompt(p.puzzle, self.format),
-                                target=p.solution, meta=meta))
+            meta = {
+                "puzzle": p.puzzle,
+                "blanks": p.blanks,
+                "nodes": p.nodes,
+                "blank_bucket": blank_bucket(p.blanks, self.bucket_edges),
+                "effort_bucket": effort_bucket(p),
+            }
+            out.append(
+                EvalItem(
+                    f"{self.name}-{i:05d}-{p.puzzle}", build_prompt(p.puzzle, self.format), target=p.solution, meta=meta
+                )
+            )
         return out[: self.limit] if self.limit else out
 
     def score(self, item: EvalItem, text: str) -> dict[str, Any]:
@@ -101,6 +120,14 @@ class SudokuEval(Eval):
 
 def _figures(rows: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
     n = len(rows)
-    mean = lambda k: sum(r[k] for r in rows) / n if n else 0.0  # noqa: E731
-    return {f"{prefix}n": n, f"{prefix}solved_rate": mean("solved"), f"{prefix}blank_accuracy": mean("blank_accuracy"),
-            f"{prefix}parse_failures": int(sum(r["parse_failed"] for r in rows)), f"{prefix}parse_failure_rate": mean("parse_failed")}
+
+    def mean(key: str) -> float:
+        return sum(r[key] for r in rows) / n if n else 0.0
+
+    return {
+        f"{prefix}n": n,
+        f"{prefix}solved_rate": mean("solved"),
+        f"{prefix}blank_accuracy": mean("blank_accuracy"),
+        f"{prefix}parse_failures": int(sum(r["parse_failed"] for r in rows)),
+        f"{prefix}parse_failure_rate": mean("parse_failed"),
+    }

@@ -88,6 +88,10 @@ def parse_answer(text: str, size: int) -> str | None:
     if flat and all(ch in valid for ch in flat[-1]):
         return flat[-1]
     stripped = re.sub(r"\s", "", text)
-    if len(stripped) >= cells and all(ch in valid for ch in stripped[:cells]) and not stripped[cells:cells + 1].isdigit():
+    if (
+        len(stripped) >= cells
+        and all(ch in valid for ch in stripped[:cells])
+        and not stripped[cells : cells + 1].isdigit()
+    ):
         return stripped[:cells]
     return None

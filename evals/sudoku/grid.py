@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 BOX_SHAPES: dict[int, tuple[int, int]] = {4: (2, 2), 6: (2, 3), 9: (3, 3)}
 
@@ -29,7 +29,7 @@ class Geometry:
         return self.size * self.size
 
 
-@lru_cache(maxsize=None)
+@cache
 def geometry(size: int) -> Geometry:
     if size not in BOX_SHAPES:
         raise ValueError(f"unsupported sudoku size {size}; choose one of {sorted(BOX_SHAPES)}")

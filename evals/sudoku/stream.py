@@ -35,8 +35,15 @@ class PuzzleStream:
     """`batch(frac, n)` -> (puzzle strings, solution strings) at training progress `frac`, never touching
     held-out grids."""
 
-    def __init__(self, size: int, curriculum: Curriculum, seed: int, initial_pool: int = 256,
-                 fresh_per_batch: int = 8, max_pool: int = 200_000):
+    def __init__(
+        self,
+        size: int,
+        curriculum: Curriculum,
+        seed: int,
+        initial_pool: int = 256,
+        fresh_per_batch: int = 8,
+        max_pool: int = 200_000,
+    ):
         self.size = size
         self.curriculum = curriculum
         self.rng = random.Random(f"sudoku-train:{size}:{seed}")

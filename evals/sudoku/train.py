@@ -1,8 +1,10 @@
 """Train small Sudoku solvers: a DiffusionGemma block-diffusion model, or a Gemma 4 AR model / AR draft.
 
-Run:  python -m harness.train                          # conf/train/sudoku6_diffusion.yaml (CPU default)
-      python -m harness.train --config-name sudoku6_ar  # same data and budget, AR baseline
-      python -m harness.train --config-name sudoku9_gpu device=cuda
+Run:  python -m evals.sudoku.train                       # recipe conf/train/sudoku6_diffusion.yaml (CPU default)
+      python -m evals.sudoku.train train=sudoku6_ar      # same data and budget, AR baseline
+      python -m evals.sudoku.train train=sudoku9_gpu     # 9x9 on a GPU
+Config: conf/train.yaml (under the main config root: shares `paths` and `local` with the eval app) picks a
+recipe from conf/train/; any TrainConfig field can be overridden (`steps=100 model.hidden=64`).
 
 Diffusion objective (uniform-state, as the checkpoint was trained): per example t ~ U(t_min, 1); every
 canvas position is replaced by a uniformly random token from the whole vocabulary with probability t;
@@ -21,10 +23,9 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from typing import Any
 
 import hydra
 import torch
@@ -33,7 +34,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from evals.sudoku.puzzles import generate_puzzles
+from evals.paths import register_path_resolver
+from evals.sudoku.check import reference_decode
+from evals.sudoku.eval import SudokuEval
 from evals.sudoku.stream import Curriculum, PuzzleStream
 
 
@@ -81,6 +84,15 @@ class TrainConfig:
     resume: bool = True
 
 
+@dataclass
+class TrainApp(TrainConfig):
+    """The composed training config (conf/train.yaml): a recipe's TrainConfig fields plus the groups shared with
+    the eval app. Typed, so every field is overridable on the command line and a wrong type fails at once."""
+
+    paths: dict[str, Any] = field(default_factory=dict)
+    local: dict[str, Any] = field(default_factory=dict)  # per-machine settings (conf/local/), unused here
+
+
 def progress(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
     """Fraction of the budget spent: steps, or wall time when `max_minutes` is set and runs out first.
 
@@ -107,11 +119,18 @@ def build_model(cfg: TrainConfig, tokenizer):
 
     m = cfg.model
     vocab = vocab_size_for(tokenizer)
-    shape = dict(hidden=m.hidden, layers=m.layers, heads=m.heads, head_dim=m.head_dim, intermediate=m.intermediate,
-                 max_position=max(256, 4 * cfg.size * cfg.size))
+    shape = dict(
+        hidden=m.hidden,
+        layers=m.layers,
+        heads=m.heads,
+        head_dim=m.head_dim,
+        intermediate=m.intermediate,
+        max_position=max(256, 4 * cfg.size * cfg.size),
+    )
     if cfg.kind == "diffusion":
         return DiffusionGemmaForBlockDiffusion(
-            diffusion_config(vocab, canvas_length=cfg.size * cfg.size, num_experts=m.num_experts, **shape))
+            diffusion_config(vocab, canvas_length=cfg.size * cfg.size, num_experts=m.num_experts, **shape)
+        )
     if cfg.kind == "ar":
         return Gemma4ForCausalLM(ar_config(vocab, **shape))
     raise ValueError(f"kind must be 'diffusion' or 'ar', got {cfg.kind!r}")
@@ -145,8 +164,12 @@ def diffusion_loss(model, cfg: TrainConfig, prompt: torch.Tensor, clean: torch.T
         temp = lo + (hi - lo) * torch.rand(first.shape[0], 1, 1, generator=gen).to(dev)
         sc_logits = torch.zeros(b, c, first.shape[-1], device=dev, dtype=first.dtype)
         sc_logits[sc_mask] = first / temp
-    logits = model(input_ids=prompt, decoder_input_ids=noisy, self_conditioning_logits=sc_logits,
-                   self_conditioning_mask=sc_mask if sc_logits is not None else None).logits
+    logits = model(
+        input_ids=prompt,
+        decoder_input_ids=noisy,
+        self_conditioning_logits=sc_logits,
+        self_conditioning_mask=sc_mask if sc_logits is not None else None,
+    ).logits
     return F.cross_entropy(logits.float().reshape(b * c, -1), clean.reshape(-1))
 
 
@@ -157,35 +180,17 @@ def ar_loss(model, prompt: torch.Tensor, clean: torch.Tensor):
     return model(input_ids=ids, labels=labels).loss
 
 
-@torch.no_grad()
-def quick_eval(model, cfg: TrainConfig, codec: DigitCodec, tokenizer, n: int, seed: int = 1234) -> dict:
-    """Solved rate on fresh held-out puzzles with transformers' own `generate` (reference sampler / greedy)."""
-    from evals.sudoku.grid import from_string, is_valid_solution, keeps_givens
-
-    puzzles = generate_puzzles(cfg.size, n, tuple(cfg.eval_blanks), seed=seed, split="test")
+def quick_eval(model, cfg: TrainConfig, tokenizer, n: int, seed: int = 1234) -> dict:
+    """Solved rate and mean per-row TPF on `n` fresh held-out puzzles (`eval_blanks` blanks), decoded in one
+    batch by the Sudoku reference path (`evals.sudoku.check.reference_decode`: transformers' own `generate`,
+    reference sampler / greedy)."""
+    ev = SudokuEval(size=cfg.size, num_puzzles=n, blanks=cfg.eval_blanks, seed=seed, format="compact")
     was_training = model.training
     model.eval()
-    dev = next(model.parameters()).device
-    prompt = codec.encode([p.puzzle for p in puzzles], dev)
-    cells = cfg.size * cfg.size
-    if cfg.kind == "diffusion":
-        out = model.generate(prompt, max_new_tokens=cells, max_denoising_steps=48, pad_token_id=0,
-                             eos_token_id=tokenizer.eos_token_id)
-        seqs, tpf = out.sequences[:, -cells:], float(torch.as_tensor(out.tokens_per_forward).float().mean())
-    else:
-        seqs = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=cells, do_sample=False,
-                              pad_token_id=0, eos_token_id=tokenizer.eos_token_id)[:, -cells:]
-        tpf = 1.0
-    solved = 0
-    for p, row in zip(puzzles, seqs.tolist()):
-        text = tokenizer.decode(row, skip_special_tokens=True)
-        try:
-            grid = from_string(text, cfg.size)
-        except ValueError:
-            continue
-        solved += is_valid_solution(grid, cfg.size) and keeps_givens(from_string(p.puzzle), grid)
+    rows = reference_decode(model, tokenizer, ev, batch_size=n)
     model.train(was_training)
-    return {"solved": solved / n, "tpf": tpf}
+    tpf = float(torch.tensor([r["tpf"] for r in rows]).mean())  # float32 mean of the per-row TPFs
+    return {"solved": sum(r["solved"] for r in rows) / n, "tpf": tpf}
 
 
 def save(model, tokenizer, out: Path, cfg: TrainConfig, meta: dict) -> None:
@@ -247,7 +252,10 @@ def train(cfg: TrainConfig) -> dict:
         puzzles, solutions = stream.batch(frac, cfg.batch_size)
         prompt, clean = codec.encode(puzzles, dev), codec.encode(solutions, dev)
         with amp if amp is not None else torch.autocast("cpu", enabled=False):
-            loss = diffusion_loss(model, cfg, prompt, clean, gen) if cfg.kind == "diffusion" else ar_loss(model, prompt, clean)
+            if cfg.kind == "diffusion":
+                loss = diffusion_loss(model, cfg, prompt, clean, gen)
+            else:
+                loss = ar_loss(model, prompt, clean)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at step {step}")
         opt.zero_grad(set_to_none=True)
@@ -259,20 +267,34 @@ def train(cfg: TrainConfig) -> dict:
         ev = {}
         last = done == cfg.steps or progress(cfg, done, time.perf_counter() - t0) >= 1.0
         if cfg.eval_every and (done % cfg.eval_every == 0 or last):
-            ev = quick_eval(model, cfg, codec, tokenizer, cfg.eval_puzzles)
+            ev = quick_eval(model, cfg, tokenizer, cfg.eval_puzzles)
         if done % cfg.log_every == 0 or ev or last:
             lo, hi = curriculum.range_at(frac)
             elapsed = time.perf_counter() - t0
-            log.writerow([done, f"{run_loss / run_n:.5f}", f"{lr:.6f}", lo, hi, f"{elapsed:.1f}",
-                          ev.get("solved", ""), ev.get("tpf", "")])
+            log.writerow(
+                [
+                    done,
+                    f"{run_loss / run_n:.5f}",
+                    f"{lr:.6f}",
+                    lo,
+                    hi,
+                    f"{elapsed:.1f}",
+                    ev.get("solved", ""),
+                    ev.get("tpf", ""),
+                ]
+            )
             log_f.flush()
-            bar.set_postfix(loss=f"{run_loss / run_n:.4f}", blanks=f"{lo}-{hi}", **{k: f"{v:.3f}" for k, v in ev.items()})
+            bar.set_postfix(
+                loss=f"{run_loss / run_n:.4f}", blanks=f"{lo}-{hi}", **{k: f"{v:.3f}" for k, v in ev.items()}
+            )
             run_loss, run_n = 0.0, 0
         if done % cfg.save_every == 0 or last:
             meta = {"step": done, "elapsed_s": time.perf_counter() - t0, "num_parameters": n_params}
             save(model, tokenizer, out, cfg, meta)
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": done,
-                        "elapsed_s": meta["elapsed_s"]}, state_path)
+            torch.save(
+                {"model": model.state_dict(), "opt": opt.state_dict(), "step": done, "elapsed_s": meta["elapsed_s"]},
+                state_path,
+            )
         if last:
             break
     log_f.close()
@@ -283,14 +305,24 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def config_from(dc: DictConfig) -> TrainConfig:
-    schema = OmegaConf.structured(TrainConfig)
-    return OmegaConf.to_object(OmegaConf.merge(schema, dc))
+    """The typed recipe: the composed config's TrainConfig fields (not `paths` / `local`), checked against
+    the dataclass (a wrong type fails here, before anything is built)."""
+    names = {f.name for f in fields(TrainConfig)}
+    recipe = {
+        k: OmegaConf.to_container(dc[k], resolve=True) if OmegaConf.is_config(dc[k]) else dc[k]
+        for k in dc
+        if k in names
+    }
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), recipe))
 
 
-ConfigStore.instance().store(name="train_schema", node=TrainConfig)  # typed, so every field is overridable
+def register_train_configs() -> None:
+    """What conf/train.yaml needs before composing: the typed schema and the `${repo_root:}` resolver."""
+    ConfigStore.instance().store(name="train_schema", node=TrainApp)
+    register_path_resolver()
 
 
-@hydra.main(config_path="../conf/train", config_name="sudoku6_diffusion", version_base="1.3")
+@hydra.main(config_path="../../conf", config_name="train", version_base="1.3")
 def main(dc: DictConfig) -> None:
     cfg = config_from(dc)
     print(json.dumps(asdict(cfg)))
@@ -298,4 +330,6 @@ def main(dc: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the recipes build models locally; never reach for the hub
+    register_train_configs()
     main()

@@ -1,0 +1,34 @@
+"""Run the Hydra app (`python -m harness.run`) in a real subprocess, from the repo root, offline."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]  # the repo root, whatever the cwd of the test run
+
+
+def app_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "HYDRA_FULL_ERROR": "0",
+    }
+
+
+def run_app(*overrides, cwd=REPO, check=True, timeout=300):
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.run", *overrides],
+        cwd=cwd,
+        env=app_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(proc.stderr[-3000:])
+    return proc

@@ -1,0 +1,233 @@
+"""The import graph: packages import only downwards, and no project module takes part in an import cycle.
+
+Layers, lowest first: contract < samplers < models < evals < harness < bench. A module may import its own
+package and any lower one, never a higher one. Every `import` / `from ... import` in the project's packages
+counts, including imports inside functions (a lazy import is still a dependency); relative imports are
+resolved. Excluded: imports under `if TYPE_CHECKING:` (never executed; annotations only), string imports
+(`importlib.import_module`, Hydra `_target_`), and third-party modules. `from pkg import name` is an edge to
+the module `pkg.name` when that is a project module, else to `pkg` (its `__init__`); the implicit import of
+parent packages is not counted, so a package `__init__` re-exporting its submodules makes no cycle by itself.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LAYERS = ("contract", "samplers", "models", "evals", "harness", "bench")  # lowest first
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str  # importing module
+    dst: str  # imported project module
+    file: str  # path relative to the scanned root
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.src} -> {self.dst}"
+
+
+def project_modules(root: Path, packages=LAYERS) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file under the given top-level packages (absent ones skipped)."""
+    mods = {}
+    for pkg in packages:
+        for path in sorted((root / pkg).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            mods[".".join(parts)] = path
+    return mods
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST):
+    """Every Import/ImportFrom node, skipping the bodies of `if TYPE_CHECKING:` (their `else:` still counts)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def import_edges(root: Path, packages=LAYERS) -> list[Edge]:
+    mods = project_modules(root, packages)
+
+    def owner(name: str) -> str | None:  # the longest project module that `name` is or lies inside
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges = set()
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        rel = path.relative_to(root).as_posix()
+        for node in _imports(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [owner(a.name) for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    pkg_parts = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    keep = len(pkg_parts) - (node.level - 1)
+                    base = ".".join(pkg_parts[: max(keep, 0)] + ([node.module] if node.module else []))
+                targets = [
+                    owner(f"{base}.{a.name}" if base else a.name) if a.name != "*" else owner(base) for a in node.names
+                ]
+            edges.update(Edge(mod, t, rel, node.lineno) for t in targets if t and t != mod)
+    return sorted(edges, key=lambda e: (e.file, e.line, e.dst))
+
+
+def layer_of(module: str) -> int:
+    return LAYERS.index(module.split(".")[0])
+
+
+def upward_imports(edges: list[Edge]) -> list[Edge]:
+    return [e for e in edges if layer_of(e.src) < layer_of(e.dst)]
+
+
+def import_cycles(edges: list[Edge]) -> list[list[Edge]]:
+    """Strongly connected components of the module graph with more than one module, as their internal edges."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        graph.setdefault(e.src, set()).add(e.dst)
+        graph.setdefault(e.dst, set())
+    index, low, on_stack, stack, sccs = {}, {}, set(), [], []
+
+    def visit(v: str) -> None:  # Tarjan; the graph is a few hundred modules, recursion depth is fine
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                sccs.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [[e for e in edges if e.src in comp and e.dst in comp] for comp in sccs]
+
+
+def _report(title: str, lines: list[str]) -> str:
+    return f"{title}:\n  " + "\n  ".join(lines)
+
+
+# -- the real tree ---------------------------------------------------------------------------------------------
+
+
+def test_no_import_from_a_lower_package_to_a_higher_one():
+    bad = upward_imports(import_edges(REPO))
+    if bad:
+        pytest.fail(
+            _report(f"upward imports (layers, lowest first: {' < '.join(LAYERS)})", [str(e) for e in bad]),
+            pytrace=False,
+        )
+
+
+def test_no_import_cycles_between_modules():
+    cycles = import_cycles(import_edges(REPO))
+    if cycles:
+        pytest.fail(
+            _report("import cycles (one line per cycle)", [" | ".join(str(e) for e in c) for c in cycles]),
+            pytrace=False,
+        )
+
+
+def test_the_scan_sees_the_project():
+    """Guards the checks above against passing because they scanned nothing (moved packages, wrong root)."""
+    mods = project_modules(REPO)
+    assert {"harness.run", "models.base", "samplers.config", "evals.base", "bench.run_all"} <= set(mods)
+    assert len(import_edges(REPO)) > 50
+
+
+# -- the checker itself on a synthetic tree ----------------------------------------------------------------------
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_checker_reports_upward_imports_and_cycles(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "contract/__init__.py": "",
+            "contract/types.py": "import os\nimport torch\n",
+            "samplers/__init__.py": "",
+            "samplers/a.py": "from contract.types import X\n\ndef f():\n    from models import m1\n",  # lazy, upward
+            "models/__init__.py": "",
+            "models/m1.py": "from . import m2\n",
+            "models/m2.py": "def g():\n    import models.m1.sub\n",  # cycle m1 -> m2 -> m1 (through a lazy import)
+            "models/m3.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness.h import H\n"
+            "else:\n    from contract import types\n",  # the TYPE_CHECKING import is excluded, its else: is not
+            "models/sub/__init__.py": "",
+            "models/sub/deep.py": "from ..m1 import thing\nfrom .. import m3\n",  # relative, two levels
+            "harness/__init__.py": "from .h import H\n",
+            "harness/h.py": "from harness import util\nfrom models.m3 import *\n",
+            "harness/util.py": "import harness\n",  # util -> harness (__init__) -> h -> util
+        },
+    )
+    edges = import_edges(root)
+    assert {str(e) for e in upward_imports(edges)} == {"samplers/a.py:4: samplers.a -> models.m1"}
+    cycles = sorted(sorted(str(e) for e in c) for c in import_cycles(edges))
+    assert cycles == [
+        [
+            "harness/__init__.py:1: harness -> harness.h",
+            "harness/h.py:1: harness.h -> harness.util",
+            "harness/util.py:1: harness.util -> harness",
+        ],
+        ["models/m1.py:1: models.m1 -> models.m2", "models/m2.py:2: models.m2 -> models.m1"],
+    ]
+    assert not any(e.dst.startswith("harness") for e in edges if e.src == "models.m3")  # TYPE_CHECKING skipped
+    assert {e.dst for e in edges if e.src in ("models.m3", "samplers.a")} == {"contract.types", "models.m1"}
+    assert {e.dst for e in edges if e.src == "models.sub.deep"} == {"models.m1", "models.m3"}
+
+
+def test_checker_passes_a_clean_tree(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "samplers/__init__.py": "from .a import A\n",
+            "samplers/a.py": "import numpy\nA = 1\n",
+            "harness/run.py": "import samplers\nfrom samplers.a import A\nfrom bench import b\n",  # no bench package
+        },
+    )
+    edges = import_edges(root)
+    assert [str(e) for e in edges] == [
+        "harness/run.py:1: harness.run -> samplers",
+        "harness/run.py:2: harness.run -> samplers.a",
+        "samplers/__init__.py:1: samplers -> samplers.a",
+    ]
+    assert upward_imports(edges) == [] and import_cycles(edges) == []
