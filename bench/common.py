@@ -33,8 +33,12 @@ def machine_info() -> dict[str, Any]:
     import transformers
 
     info = {
-        "cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
         "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     if torch.cuda.is_available():
@@ -47,7 +51,9 @@ def sync(device: str | torch.device = "cpu") -> None:
         torch.cuda.synchronize()
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1, device: str = "cpu") -> dict[str, list[float]]:
+def interleaved(
+    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1, device: str = "cpu"
+) -> dict[str, list[float]]:
     """Wall seconds per call for each contender, alternating them each round so load drifts hit all alike."""
     for _ in range(warmup):
         for fn in fns.values():

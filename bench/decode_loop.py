@@ -40,28 +40,32 @@ def tiny_model(path: Path | None = None) -> Path:
 def _hf_tokens(adapter, ids: torch.Tensor, seed: int, max_new_tokens: int) -> list[list[int]]:
     torch.manual_seed(seed)
     out = adapter.model.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=1, pad_token_id=0)
-    return [[t for t in out.sequences[i, ids.shape[1]:].tolist() if t != 0] for i in range(ids.shape[0])]
+    return [[t for t in out.sequences[i, ids.shape[1] :].tolist() if t != 0] for i in range(ids.shape[0])]
 
 
 def _hf_nfe(adapter, ids: torch.Tensor, seed: int, max_new_tokens: int) -> int:
     """Decoder forwards summed over rows, as generate() counts them (a row stops paying once it stopped)."""
     torch.manual_seed(seed)
     out = adapter.model.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=1, pad_token_id=0)
-    valid = (out.sequences[:, ids.shape[1]:] != 0).sum(-1)
+    valid = (out.sequences[:, ids.shape[1] :] != 0).sum(-1)
     return int(torch.nan_to_num(torch.round(valid / out.tokens_per_forward)).sum())  # a row with no valid token: 0/0
 
 
 def bench_batch(adapter, b: int, repeats: int, max_new_tokens: int = 32, seed: int = 0) -> dict[str, Any]:
+    from contract.records import GenerationRequest
     from harness.decode import BlockDiffusionDecoder
-    from harness.records import GenerationRequest
     from samplers.config import EntropyBoundConfig
 
     ids = torch.tensor([adapter.tokenizer(p).input_ids for p in PROMPTS[:b]])
     reqs = [GenerationRequest(str(i), ids[i].tolist(), seed=1000 + i, max_new_tokens=max_new_tokens) for i in range(b)]
-    decoders = {mode: BlockDiffusionDecoder(adapter, EntropyBoundConfig(random_stream=stream, draw=draw))
-                for mode, stream, draw in [("ours_reference", "reference", "exact"),
-                                           ("ours_fast", "per_sample", "fast"),
-                                           ("ours_exact", "per_sample", "exact")]}
+    decoders = {
+        mode: BlockDiffusionDecoder(adapter, EntropyBoundConfig(random_stream=stream, draw=draw))
+        for mode, stream, draw in [
+            ("ours_reference", "reference", "exact"),
+            ("ours_fast", "per_sample", "fast"),
+            ("ours_exact", "per_sample", "exact"),
+        ]
+    }
 
     nfe: dict[str, int] = {}
 
@@ -71,6 +75,7 @@ def bench_batch(adapter, b: int, repeats: int, max_new_tokens: int = 32, seed: i
             res = decoders[mode].generate(reqs)
             nfe[mode] = sum(r.nfe for r in res)  # per_sample modes may stop after other step counts
             return res
+
         return call
 
     hf = _hf_tokens(adapter, ids, seed, max_new_tokens)
@@ -83,10 +88,15 @@ def bench_batch(adapter, b: int, repeats: int, max_new_tokens: int = 32, seed: i
         invariant[mode.replace("ours_", "") + "_batch_invariant"] = together == alone
     fns = {"generate": lambda: _hf_tokens(adapter, ids, seed, max_new_tokens), **{m: ours(m) for m in decoders}}
     times = interleaved(fns, repeats=repeats, warmup=1)
-    row: dict[str, Any] = {"batch": b, "max_new_tokens": max_new_tokens, "same_outputs_reference_mode": same,
-                           "nfe_reference_mode": sum(r.nfe for r in mine),
-                           "generate_nfe": _hf_nfe(adapter, ids, seed, max_new_tokens),
-                           **invariant, "generate_s": median(times["generate"])}
+    row: dict[str, Any] = {
+        "batch": b,
+        "max_new_tokens": max_new_tokens,
+        "same_outputs_reference_mode": same,
+        "nfe_reference_mode": sum(r.nfe for r in mine),
+        "generate_nfe": _hf_nfe(adapter, ids, seed, max_new_tokens),
+        **invariant,
+        "generate_s": median(times["generate"]),
+    }
     for m in decoders:
         row[f"{m}_s"] = median(times[m])
         row[f"{m}_ratio"] = ratio_stats(times["generate"], times[m])["ratio_of_medians"]
@@ -95,8 +105,14 @@ def bench_batch(adapter, b: int, repeats: int, max_new_tokens: int = 32, seed: i
     return row
 
 
-def run(batches: list[int], repeats: int = 5, threads: int | None = 1, model_path: str | None = None,
-        out_dir: str | None = None, quiet: bool = False) -> dict[str, Any]:
+def run(
+    batches: list[int],
+    repeats: int = 5,
+    threads: int | None = 1,
+    model_path: str | None = None,
+    out_dir: str | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
     from models.diffusion_gemma import DiffusionGemmaAdapter
 
     if threads:
@@ -109,10 +125,25 @@ def run(batches: list[int], repeats: int = 5, threads: int | None = 1, model_pat
     out = write_json("decode_loop", payload, **({"out_dir": out_dir} if out_dir else {}))
     if not quiet:
         print_machine(info)
-        print(table(rows, ["batch", "same_outputs_reference_mode", "fast_batch_invariant", "generate_s",
-                           "ours_reference_s", "ours_reference_ratio", "ours_fast_s", "ours_fast_ratio",
-                           "ours_fast_nfe",
-                           "ours_exact_s", "ours_exact_ratio", "ours_exact_nfe"]))
+        print(
+            table(
+                rows,
+                [
+                    "batch",
+                    "same_outputs_reference_mode",
+                    "fast_batch_invariant",
+                    "generate_s",
+                    "ours_reference_s",
+                    "ours_reference_ratio",
+                    "ours_fast_s",
+                    "ours_fast_ratio",
+                    "ours_fast_nfe",
+                    "ours_exact_s",
+                    "ours_exact_ratio",
+                    "ours_exact_nfe",
+                ],
+            )
+        )
         print(f"wrote {out}")
     return payload
 

@@ -14,9 +14,8 @@
 
 from __future__ import annotations
 
-import bisect
-
 import argparse
+import bisect
 import time
 from pathlib import Path
 from typing import Any
@@ -39,10 +38,14 @@ def _model(path: Path, **kw) -> Path:
 
 
 def _requests(adapter, n: int, max_new_tokens: int):
-    from harness.records import GenerationRequest
+    from contract.records import GenerationRequest
 
-    return [GenerationRequest(f"s{i}", adapter.encode(PROMPTS[i % len(PROMPTS)] + str(i)), seed=i,
-                              max_new_tokens=max_new_tokens) for i in range(n)]
+    return [
+        GenerationRequest(
+            f"s{i}", adapter.encode(PROMPTS[i % len(PROMPTS)] + str(i)), seed=i, max_new_tokens=max_new_tokens
+        )
+        for i in range(n)
+    ]
 
 
 def peak_extra_bytes(fn) -> int:
@@ -72,23 +75,37 @@ def memory_in_u(batch: int = 2, steps: int = 3, vocab: int = 262_144, canvas: in
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from samplers.config import EntropyBoundConfig
 
-    path = _model(WIDE_DIR if vocab == 262_144 and canvas == 256 else WIDE_DIR.with_name(f"narrow_v{vocab}_c{canvas}"),
-                  seed=0, canvas_length=canvas, hidden=64, layers=2, heads=2, intermediate=64, vocab_size=vocab)
+    path = _model(
+        WIDE_DIR if vocab == 262_144 and canvas == 256 else WIDE_DIR.with_name(f"narrow_v{vocab}_c{canvas}"),
+        seed=0,
+        canvas_length=canvas,
+        hidden=64,
+        layers=2,
+        heads=2,
+        intermediate=64,
+        vocab_size=vocab,
+    )
     adapter = DiffusionGemmaAdapter(str(path), dtype="float32", eos_token_ids=[1])
     u_bytes = batch * canvas * adapter.vocab_size * 4
     cfg = EntropyBoundConfig(max_steps=steps, adaptive_stop=False)
     dec = BlockDiffusionDecoder(adapter, cfg)
     reqs = _requests(adapter, batch, canvas)
     ours = peak_extra_bytes(lambda: list(dec.stream(reqs, batch_size=batch)))
-    ids = torch.tensor([adapter.encode("same length %d" % i) for i in range(batch)])
+    ids = torch.tensor([adapter.encode(f"same length {i}") for i in range(batch)])
 
     def hf():
         torch.manual_seed(0)
         adapter.model.generate(ids, max_new_tokens=canvas, max_denoising_steps=steps, pad_token_id=0, eos_token_id=1)
 
     theirs = peak_extra_bytes(hf)
-    return {"batch": batch, "canvas": canvas, "vocab": adapter.vocab_size, "U_GB": u_bytes / 1e9,
-            "ours_extra_U": ours / u_bytes, "generate_extra_U": theirs / u_bytes}
+    return {
+        "batch": batch,
+        "canvas": canvas,
+        "vocab": adapter.vocab_size,
+        "U_GB": u_bytes / 1e9,
+        "ours_extra_U": ours / u_bytes,
+        "generate_extra_U": theirs / u_bytes,
+    }
 
 
 def syncs_per_step(adapter, batch: int, n: int, max_new_tokens: int) -> float:
@@ -105,6 +122,7 @@ def syncs_per_step(adapter, batch: int, n: int, max_new_tokens: int) -> float:
         def call(*a, **k):
             with record_function(f"model::{name}"):
                 return fn(*a, **k)
+
         return call
 
     for name in names:
@@ -123,8 +141,7 @@ def syncs_per_step(adapter, batch: int, n: int, max_new_tokens: int) -> float:
         i = bisect.bisect_right(starts, e.time_range.start) - 1
         return i >= 0 and e.time_range.end <= spans[i][1]
 
-    syncs = sum(1 for e in events if e.name == "aten::_local_scalar_dense"
-                and not inside_model(e))
+    syncs = sum(1 for e in events if e.name == "aten::_local_scalar_dense" and not inside_model(e))
     return syncs / max(1, sum(1 for e in events if e.name == "model::denoise"))
 
 
@@ -145,6 +162,7 @@ def loop_overhead(adapter, batch: int, n: int, max_new_tokens: int) -> dict[str,
             finally:
                 spent["model"] += time.perf_counter() - t0
                 spent["steps"] += name == "denoise"
+
         return call
 
     for name in names:
@@ -157,8 +175,14 @@ def loop_overhead(adapter, batch: int, n: int, max_new_tokens: int) -> dict[str,
         for name in names:
             delattr(adapter, name)
     overhead = wall - spent["model"]
-    return {"batch": batch, "samples": len(res), "steps": spent["steps"], "wall_s": wall,
-            "overhead_ms_per_step": 1000 * overhead / max(1, spent["steps"]), "overhead_share": overhead / wall}
+    return {
+        "batch": batch,
+        "samples": len(res),
+        "steps": spent["steps"],
+        "wall_s": wall,
+        "overhead_ms_per_step": 1000 * overhead / max(1, spent["steps"]),
+        "overhead_share": overhead / wall,
+    }
 
 
 def run(quick: bool = False, out_dir: str | None = None, quiet: bool = False) -> dict[str, Any]:
@@ -181,8 +205,20 @@ def run(quick: bool = False, out_dir: str | None = None, quiet: bool = False) ->
     if not quiet:
         print_machine(info)
         print(table([mem], list(mem)))
-        print(table(rows, ["batch", "samples", "steps", "wall_s", "overhead_ms_per_step", "overhead_share",
-                           "host_syncs_per_step"]))
+        print(
+            table(
+                rows,
+                [
+                    "batch",
+                    "samples",
+                    "steps",
+                    "wall_s",
+                    "overhead_ms_per_step",
+                    "overhead_share",
+                    "host_syncs_per_step",
+                ],
+            )
+        )
         print(f"wrote {path}")
     return payload
 

@@ -31,7 +31,9 @@ def load_model(path: Path = SHIPPED):
 
     if (path / "config.json").exists():
         try:
-            return DiffusionGemmaAdapter(str(path), dtype="float32", device="cpu", eos_token_ids=[1]), f"checkpoint: {path}"
+            return DiffusionGemmaAdapter(
+                str(path), dtype="float32", device="cpu", eos_token_ids=[1]
+            ), f"checkpoint: {path}"
         except Exception as e:  # e.g. being rewritten by a training run right now
             reason = f"{type(e).__name__}: {e}"[:200]
     else:
@@ -39,7 +41,9 @@ def load_model(path: Path = SHIPPED):
     if not (FALLBACK / "config.json").exists():
         from models.tiny import build_diffusion
 
-        build_diffusion(FALLBACK, seed=0, canvas_length=36, hidden=128, layers=4, heads=4, intermediate=256, max_position=256)
+        build_diffusion(
+            FALLBACK, seed=0, canvas_length=36, hidden=128, layers=4, heads=4, intermediate=256, max_position=256
+        )
     adapter = DiffusionGemmaAdapter(str(FALLBACK), dtype="float32", device="cpu", eos_token_ids=[1])
     return adapter, f"FALLBACK random model of the same shape ({path} {reason}); solved rates are meaningless"
 
@@ -67,8 +71,8 @@ def _solved(puzzle: str, solution: str, text: str) -> float:
 def bench_batch(adapter, items: list[tuple[str, str]], b: int, seed: int = 0) -> dict[str, Any]:
     """Ours streams all puzzles with `b` rows in flight (continuous batching); `generate()` decodes them in
     consecutive batches of `b`. Same puzzles, same model, one process."""
+    from contract.records import GenerationRequest, decode_metrics
     from harness.decode import BlockDiffusionDecoder
-    from harness.records import GenerationRequest, decode_metrics
     from samplers.config import EntropyBoundConfig
 
     dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())  # per_sample streams, fast draws
@@ -86,23 +90,42 @@ def bench_batch(adapter, items: list[tuple[str, str]], b: int, seed: int = 0) ->
         t0 = time.perf_counter()
         out = adapter.model.generate(ids, max_new_tokens=cells, pad_token_id=0, eos_token_id=1)
         t_hf += time.perf_counter() - t0
-        hf_forwards += float((torch.full((len(chunk),), float(cells)) / torch.as_tensor(out.tokens_per_forward).float()).sum())
+        hf_forwards += float(
+            (torch.full((len(chunk),), float(cells)) / torch.as_tensor(out.tokens_per_forward).float()).sum()
+        )
         for (p, s), row in zip(chunk, out.sequences[:, -cells:].tolist(), strict=True):
             solved_hf += _solved(p, s, tok.decode(row, skip_special_tokens=True))
     ordered = [res[r.sample_id] for r in reqs]
     solved_ours = sum(_solved(p, s, r.text) for (p, s), r in zip(items, ordered, strict=True))
     m = decode_metrics([r.to_dict() for r in ordered])
     n = len(items)
-    return {"batch": b, "samples": n, "ours_samples_per_s": n / t_ours, "generate_samples_per_s": n / t_hf,
-            "ratio": t_hf / t_ours, "ours_tokens_per_s": m["num_tokens"] / t_ours, "ours_tpf": m["tpf"],
-            "generate_tpf": n * cells / hf_forwards if hf_forwards else 0.0,
-            "ours_mean_steps": m["mean_steps_per_canvas"], "row_utilization": m["row_utilization"],
-            "ours_solved_rate": solved_ours / n, "generate_solved_rate": solved_hf / n, "ours_s": t_ours, "generate_s": t_hf,
-            "tokens": [r.token_ids for r in ordered]}
+    return {
+        "batch": b,
+        "samples": n,
+        "ours_samples_per_s": n / t_ours,
+        "generate_samples_per_s": n / t_hf,
+        "ratio": t_hf / t_ours,
+        "ours_tokens_per_s": m["num_tokens"] / t_ours,
+        "ours_tpf": m["tpf"],
+        "generate_tpf": n * cells / hf_forwards if hf_forwards else 0.0,
+        "ours_mean_steps": m["mean_steps_per_canvas"],
+        "row_utilization": m["row_utilization"],
+        "ours_solved_rate": solved_ours / n,
+        "generate_solved_rate": solved_hf / n,
+        "ours_s": t_ours,
+        "generate_s": t_hf,
+        "tokens": [r.token_ids for r in ordered],
+    }
 
 
-def run(batches: list[int], samples: int = 64, threads: int | None = 1, out_dir: str | None = None,
-        model_path: str | None = None, quiet: bool = False) -> dict[str, Any]:
+def run(
+    batches: list[int],
+    samples: int = 64,
+    threads: int | None = 1,
+    out_dir: str | None = None,
+    model_path: str | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
     if threads:
         torch.set_num_threads(threads)
     adapter, note = load_model(Path(model_path) if model_path else SHIPPED)
@@ -121,9 +144,26 @@ def run(batches: list[int], samples: int = 64, threads: int | None = 1, out_dir:
     if not quiet:
         print_machine(info)
         print(f"model: {note}")
-        print(table(rows, ["batch", "samples", "ours_samples_per_s", "generate_samples_per_s", "ratio", "vs_first_batch",
-                           "row_utilization", "same_tokens_as_first", "ours_tpf", "generate_tpf", "ours_mean_steps",
-                           "ours_solved_rate", "generate_solved_rate"]))
+        print(
+            table(
+                rows,
+                [
+                    "batch",
+                    "samples",
+                    "ours_samples_per_s",
+                    "generate_samples_per_s",
+                    "ratio",
+                    "vs_first_batch",
+                    "row_utilization",
+                    "same_tokens_as_first",
+                    "ours_tpf",
+                    "generate_tpf",
+                    "ours_mean_steps",
+                    "ours_solved_rate",
+                    "generate_solved_rate",
+                ],
+            )
+        )
         print(f"wrote {path}")
     return payload
 

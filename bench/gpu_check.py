@@ -40,19 +40,30 @@ from typing import Any
 import torch
 
 from bench.common import interleaved, machine_info, median, print_machine, table, write_json
+from models.tiny import TINY_VISION  # the vision tower is never run here: a tiny one saves ~0.5B
 
 # google/diffusiongemma-26B-A4B-it text tower (Gemma 4 26B A4B): 30 layers (5 sliding : 1 full), 128 experts top-8,
 # expert FFN 704 + shared dense FFN 2112, hidden 2816, 16 heads, KV heads 8 (sliding, head 256) / 2 (full, head 512).
 FULL_TEXT = dict(
-    vocab_size=262_144, hidden_size=2816, intermediate_size=2112, num_hidden_layers=30, num_attention_heads=16,
-    num_key_value_heads=8, head_dim=256, global_head_dim=512, num_global_key_value_heads=2, num_experts=128,
-    top_k_experts=8, moe_intermediate_size=704, sliding_window=1024, max_position_embeddings=262_144,
-    final_logit_softcapping=30.0, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    vocab_size=262_144,
+    hidden_size=2816,
+    intermediate_size=2112,
+    num_hidden_layers=30,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=256,
+    global_head_dim=512,
+    num_global_key_value_heads=2,
+    num_experts=128,
+    top_k_experts=8,
+    moe_intermediate_size=704,
+    sliding_window=1024,
+    max_position_embeddings=262_144,
+    final_logit_softcapping=30.0,
+    pad_token_id=0,
+    eos_token_id=1,
+    bos_token_id=2,
 )
-# The vision tower is never run here: a tiny one keeps ~0.5B parameters out of memory.
-TINY_VISION = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                   num_attention_heads=1, num_key_value_heads=1, head_dim=16, patch_size=4,
-                   position_embedding_size=16, pooling_kernel_size=1)
 # A mean entropy no real distribution goes below: the stop check runs every step but never fires, so every
 # contender of the loop-overhead runs makes the same number of forwards.
 NEVER_STOP = 1e-30
@@ -85,8 +96,20 @@ class CheckConfig:
 
     @classmethod
     def tiny_cpu(cls) -> CheckConfig:
-        return cls(tiny=True, device="cpu", dtype="float32", batches=[1, 2], context=8, steps=3, repeats=2,
-                   loop_repeats=1, agree_max_steps=4, sampler_batches=[1, 2], sampler_repeats=1, deadline_s=600.0)
+        return cls(
+            tiny=True,
+            device="cpu",
+            dtype="float32",
+            batches=[1, 2],
+            context=8,
+            steps=3,
+            repeats=2,
+            loop_repeats=1,
+            agree_max_steps=4,
+            sampler_batches=[1, 2],
+            sampler_repeats=1,
+            deadline_s=600.0,
+        )
 
 
 def model_config(tiny: bool):
@@ -96,8 +119,14 @@ def model_config(tiny: bool):
         from models.tiny import diffusion_config
 
         return diffusion_config(112, canvas_length=16)
-    return DiffusionGemmaConfig(text_config=FULL_TEXT, vision_config=TINY_VISION, canvas_length=256,
-                                boi_token_id=255_999, eoi_token_id=258_882, image_token_id=258_880)
+    return DiffusionGemmaConfig(
+        text_config=FULL_TEXT,
+        vision_config=TINY_VISION,
+        canvas_length=256,
+        boi_token_id=255_999,
+        eoi_token_id=258_882,
+        image_token_id=258_880,
+    )
 
 
 @contextmanager
@@ -123,8 +152,9 @@ def make_adapter(model, tokenizer, eos_ids: list[int]):
     """A DiffusionGemmaAdapter over the in-memory random model."""
     from models.diffusion_gemma import DiffusionGemmaAdapter
 
-    return DiffusionGemmaAdapter.from_model(model, tokenizer, name="diffusiongemma-26B-A4B-shape-random",
-                                            eos_token_ids=eos_ids)
+    return DiffusionGemmaAdapter.from_model(
+        model, tokenizer, name="diffusiongemma-26B-A4B-shape-random", eos_token_ids=eos_ids
+    )
 
 
 class ExpertCounter:
@@ -134,8 +164,9 @@ class ExpertCounter:
     def __init__(self, model):
         self.calls: list[int] = []
         self.active = False
-        self.handles = [m.register_forward_hook(self._hook) for m in model.modules()
-                        if type(m).__name__.endswith("TextRouter")]
+        self.handles = [
+            m.register_forward_hook(self._hook) for m in model.modules() if type(m).__name__.endswith("TextRouter")
+        ]
 
     def _hook(self, module, args, out) -> None:
         if self.active:
@@ -160,8 +191,10 @@ def _cuda(device: str) -> bool:
 def _mem(device: str) -> dict[str, float]:
     if not _cuda(device):
         return {}
-    return {"allocated_gib": torch.cuda.memory_allocated() / 2**30,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+    return {
+        "allocated_gib": torch.cuda.memory_allocated() / 2**30,
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+    }
 
 
 def _reset_peak(device: str) -> None:
@@ -203,32 +236,54 @@ def memory_plan(model, cfg: CheckConfig, parameters: int) -> dict[str, Any]:
     rows, notes = [], []
     for b in sorted(set(cfg.batches) | {cfg.agree_requests}):
         ours = estimate_decode_peak(model.config, b, context_tokens, c, dtype_bytes, **kw)
-        theirs = estimate_decode_peak(model.config, b, context_tokens, c, dtype_bytes,
-                                      logits_factor=cfg.generate_logits_factor, **kw)
-        rows.append({"batch": b, "engine_estimate_gib": ours.total / GIB, "engine_fits": ours.total <= budget,
-                     "engine_phase": ours.phase, "generate_estimate_gib": theirs.total / GIB,
-                     "generate_fits": theirs.total <= budget})
+        theirs = estimate_decode_peak(
+            model.config, b, context_tokens, c, dtype_bytes, logits_factor=cfg.generate_logits_factor, **kw
+        )
+        rows.append(
+            {
+                "batch": b,
+                "engine_estimate_gib": ours.total / GIB,
+                "engine_fits": ours.total <= budget,
+                "engine_phase": ours.phase,
+                "generate_estimate_gib": theirs.total / GIB,
+                "generate_fits": theirs.total <= budget,
+            }
+        )
     fits = {r["batch"]: r for r in rows}
     batches = [b for b in cfg.batches if fits[b]["engine_fits"]]
     generate_batches = [b for b in batches if fits[b]["generate_fits"]]
     for b in cfg.batches:
         if b not in batches:
-            notes.append(f"batch {b} dropped: estimated {fits[b]['engine_estimate_gib']:.1f} GiB "
-                         f"> {budget / GIB:.1f} GiB budget")
+            notes.append(
+                f"batch {b} dropped: estimated {fits[b]['engine_estimate_gib']:.1f} GiB > {budget / GIB:.1f} GiB budget"
+            )
         elif b not in generate_batches:
-            notes.append(f"generate() at batch {b} skipped: estimated {fits[b]['generate_estimate_gib']:.1f} GiB "
-                         f"> {budget / GIB:.1f} GiB budget")
+            notes.append(
+                f"generate() at batch {b} skipped: estimated {fits[b]['generate_estimate_gib']:.1f} GiB "
+                f"> {budget / GIB:.1f} GiB budget"
+            )
     try:
-        largest = largest_batch_that_fits(model.config, context_tokens, c, dtype_bytes, total, max_batch=1024,
-                                          headroom=cfg.headroom, **kw)
+        largest = largest_batch_that_fits(
+            model.config, context_tokens, c, dtype_bytes, total, max_batch=1024, headroom=cfg.headroom, **kw
+        )
     except ValueError:
         largest = 0
     agree_n = cfg.agree_requests if fits[cfg.agree_requests]["engine_fits"] else min(cfg.agree_requests, largest)
     if agree_n != cfg.agree_requests:
         notes.append(f"agreement check with {agree_n} requests: {cfg.agree_requests} do not fit")
-    return {"total_gib": total / GIB, "source": source, "headroom": cfg.headroom, "budget_gib": budget / GIB,
-            "context_tokens": context_tokens, "rows": rows, "batches": batches, "generate_batches": generate_batches,
-            "largest_batch_that_fits": largest, "agree_requests": agree_n, "notes": notes}
+    return {
+        "total_gib": total / GIB,
+        "source": source,
+        "headroom": cfg.headroom,
+        "budget_gib": budget / GIB,
+        "context_tokens": context_tokens,
+        "rows": rows,
+        "batches": batches,
+        "generate_batches": generate_batches,
+        "largest_batch_that_fits": largest,
+        "agree_requests": agree_n,
+        "notes": notes,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- forward costs
@@ -246,10 +301,15 @@ def ar_token_forward(adapter, state, token: torch.Tensor, lm_head: bool = True):
     positions = state.next_position[:, None]
     dummy = torch.empty((*token.shape, 0), dtype=adapter.dtype, device=token.device)
     masks = adapter.model.model.encoder.create_masks_for_generate(
-        config=adapter.config, inputs_embeds=dummy, attention_mask=mask, past_key_values=state.cache,
-        position_ids=positions)
-    hidden = adapter._encoder(input_ids=token, attention_mask=masks, past_key_values=state.cache,
-                              position_ids=positions).last_hidden_state
+        config=adapter.config,
+        inputs_embeds=dummy,
+        attention_mask=mask,
+        past_key_values=state.cache,
+        position_ids=positions,
+    )
+    hidden = adapter._encoder(
+        input_ids=token, attention_mask=masks, past_key_values=state.cache, position_ids=positions
+    ).last_hidden_state
     kv_rows.release_views(state.cache)
     new = ContextState(state.cache, mask, state.next_position + 1, [n + 1 for n in state.lengths])
     if not lm_head:
@@ -281,9 +341,14 @@ def forward_costs(adapter, b: int, cfg: CheckConfig, counter: ExpertCounter, fus
     else:  # the torch path processes the workspace in place and feeds it back
         sc = raw
     every = [True] * b
-    times = _timed({"denoise": lambda: adapter.denoise(state, canvas, masks, None, out=raw),
-                    "denoise_selfcond": lambda: adapter.denoise(state, canvas, masks, sc, every, out=raw)},
-                   cfg.repeats, dev)
+    times = _timed(
+        {
+            "denoise": lambda: adapter.denoise(state, canvas, masks, None, out=raw),
+            "denoise_selfcond": lambda: adapter.denoise(state, canvas, masks, sc, every, out=raw),
+        },
+        cfg.repeats,
+        dev,
+    )
     mem_denoise = _mem(dev)
     sc = raw = None  # free the logits buffers before the AR steps
     holder = {"state": state}
@@ -296,16 +361,27 @@ def forward_costs(adapter, b: int, cfg: CheckConfig, counter: ExpertCounter, fus
         ar_step(True)
     experts_ar = counter.mean()
     ar = _timed({"ar": lambda: ar_step(True), "ar_no_head": lambda: ar_step(False)}, cfg.repeats, dev)
-    row = {"batch": b, "context": cfg.context, "canvas": c,
-           "logits_dtype": str(adapter.dtype if fused else torch.float32),
-           "denoise_ms": 1e3 * median(times["denoise"]), "denoise_selfcond_ms": 1e3 * median(times["denoise_selfcond"]),
-           "ar_token_ms": 1e3 * median(ar["ar"]), "ar_token_no_head_ms": 1e3 * median(ar["ar_no_head"])}
+    row = {
+        "batch": b,
+        "context": cfg.context,
+        "canvas": c,
+        "logits_dtype": str(adapter.dtype if fused else torch.float32),
+        "denoise_ms": 1e3 * median(times["denoise"]),
+        "denoise_selfcond_ms": 1e3 * median(times["denoise_selfcond"]),
+        "ar_token_ms": 1e3 * median(ar["ar"]),
+        "ar_token_no_head_ms": 1e3 * median(ar["ar_no_head"]),
+    }
     row["denoise_over_ar"] = row["denoise_ms"] / row["ar_token_ms"]
     row["denoise_selfcond_over_ar"] = row["denoise_selfcond_ms"] / row["ar_token_ms"]
     row["denoise_over_ar_no_head"] = row["denoise_ms"] / row["ar_token_no_head_ms"]  # the old, overstated figure
     row["lm_head_share_of_ar"] = 1.0 - row["ar_token_no_head_ms"] / row["ar_token_ms"]
-    row.update({"experts_per_layer_denoise": experts_denoise, "experts_per_layer_ar": experts_ar,
-                **{f"denoise_{k}": val for k, val in mem_denoise.items()}})
+    row.update(
+        {
+            "experts_per_layer_denoise": experts_denoise,
+            "experts_per_layer_ar": experts_ar,
+            **{f"denoise_{k}": val for k, val in mem_denoise.items()},
+        }
+    )
     return row
 
 
@@ -320,6 +396,7 @@ def counting_calls(adapter, calls: Counter, names=("prefill", "denoise", "commit
         def call(*a, **k):
             calls[name] += 1
             return fn(*a, **k)
+
         return call
 
     for name in names:
@@ -344,8 +421,8 @@ def loop_overhead(adapter, cfg: CheckConfig, b: int, with_generate: bool) -> dic
     """Wall of `canvases` canvases at `steps` fixed steps each: the engine as the harness runs it vs the bare
     model calls it makes (the same prefill + denoise + commit calls, self-conditioning buffers included, no
     sampling) vs transformers' `generate()` at the same batch (its adaptive stop kept from firing)."""
+    from contract.records import GenerationRequest
     from harness.decode import BlockDiffusionDecoder
-    from harness.records import GenerationRequest
 
     dev, v, c, s, k = cfg.device, adapter.vocab_size, adapter.canvas_length, cfg.steps, cfg.canvases
     prompts = _prompts(v, b, [cfg.context] * b, seed=7)
@@ -373,8 +450,14 @@ def loop_overhead(adapter, cfg: CheckConfig, b: int, with_generate: bool) -> dic
     unreachable = adapter.vocab_size  # no sampled token ends a row early
 
     def hf():
-        adapter.model.generate(ids, max_new_tokens=k * c, max_denoising_steps=s, confidence_threshold=NEVER_STOP,
-                               pad_token_id=adapter.pad_id, eos_token_id=unreachable)
+        adapter.model.generate(
+            ids,
+            max_new_tokens=k * c,
+            max_denoising_steps=s,
+            confidence_threshold=NEVER_STOP,
+            pad_token_id=adapter.pad_id,
+            eos_token_id=unreachable,
+        )
 
     _reset_peak(dev)
     # one counted run of each contender (also the warm-up: Triton compile, cuBLAS/grouped-mm heuristics)
@@ -385,9 +468,11 @@ def loop_overhead(adapter, cfg: CheckConfig, b: int, with_generate: bool) -> dic
         bare()
     hf_forwards, generate_skipped = 0, None
     if with_generate:
+
         def count(*_):
             nonlocal hf_forwards
             hf_forwards += 1
+
         handle = adapter.model.model.decoder.register_forward_pre_hook(count)
         try:
             hf()
@@ -400,11 +485,15 @@ def loop_overhead(adapter, cfg: CheckConfig, b: int, with_generate: bool) -> dic
     times = interleaved(fns, repeats=cfg.loop_repeats, warmup=0, device=dev)
     base, n_steps = median(times["bare"]), k * s
     row: dict[str, Any] = {
-        "batch": b, "steps": s, "canvases": k,
+        "batch": b,
+        "steps": s,
+        "canvases": k,
         "sampling": "fused kernel" if dec.fused else f"torch draw_{dec.sampler.draw}",
-        "engine_calls": dict(engine_calls), "calls_match": engine_calls == bare_calls,
+        "engine_calls": dict(engine_calls),
+        "calls_match": engine_calls == bare_calls,
         "nfe_ok": len(results) == b and all(r.nfe == n_steps and r.encoder_forwards == k for r in results),
-        "bare_s": base, "engine_s": median(times["engine"]),
+        "bare_s": base,
+        "engine_s": median(times["engine"]),
     }
     row["engine_overhead"] = row["engine_s"] / base - 1.0
     row["engine_overhead_ms_per_step"] = 1e3 * (row["engine_s"] - base) / n_steps
@@ -425,8 +514,8 @@ def loop_overhead(adapter, cfg: CheckConfig, b: int, with_generate: bool) -> dic
 def batch_agreement(adapter, cfg: CheckConfig, n: int) -> dict[str, Any]:
     """The same `n` requests (mixed prompt lengths) decoded one at a time and all together through the engine
     with the default sampler: share of samples with identical tokens, of identical positions, of equal NFE."""
+    from contract.records import GenerationRequest
     from harness.decode import BlockDiffusionDecoder
-    from harness.records import GenerationRequest
 
     v, c = adapter.vocab_size, adapter.canvas_length
     gap = max(1, cfg.context // (2 * n))
@@ -447,12 +536,21 @@ def batch_agreement(adapter, cfg: CheckConfig, n: int) -> dict[str, Any]:
         width = max(len(a.token_ids), len(t.token_ids), 1)
         positions.append(sum(x == y for x, y in zip(a.token_ids, t.token_ids)) / width)
         same_nfe.append(a.nfe == t.nfe)
-    return {"requests": n, "batch_together": n, "max_steps": cfg.agree_max_steps, "prompt_lengths": lengths,
-            "sampling": "fused kernel" if dec.fused else f"torch draw_{dec.sampler.draw}",
-            "same_tokens_share": sum(same) / n, "same_position_share": sum(positions) / n,
-            "same_nfe_share": sum(same_nfe) / n, "nfe_alone": [a.nfe for a in alone],
-            "nfe_together": [together[a.sample_id].nfe for a in alone], "alone_s": t1 - t0, "together_s": t2 - t1,
-            **first}
+    return {
+        "requests": n,
+        "batch_together": n,
+        "max_steps": cfg.agree_max_steps,
+        "prompt_lengths": lengths,
+        "sampling": "fused kernel" if dec.fused else f"torch draw_{dec.sampler.draw}",
+        "same_tokens_share": sum(same) / n,
+        "same_position_share": sum(positions) / n,
+        "same_nfe_share": sum(same_nfe) / n,
+        "nfe_alone": [a.nfe for a in alone],
+        "nfe_together": [together[a.sample_id].nfe for a in alone],
+        "alone_s": t1 - t0,
+        "together_s": t2 - t1,
+        **first,
+    }
 
 
 @torch.no_grad()
@@ -491,17 +589,64 @@ def projected_loop_s(cfg: CheckConfig, b: int, forwards: list[dict], canvas: int
 
 # ---------------------------------------------------------------------------------------------- driver
 
-FORWARD_COLUMNS = ["batch", "context", "canvas", "denoise_ms", "denoise_selfcond_ms", "ar_token_ms",
-                   "ar_token_no_head_ms", "denoise_over_ar", "denoise_selfcond_over_ar", "denoise_over_ar_no_head",
-                   "experts_per_layer_denoise", "experts_per_layer_ar"]
-LOOP_COLUMNS = ["batch", "steps", "canvases", "sampling", "bare_s", "engine_s", "engine_overhead",
-                "engine_overhead_ms_per_step", "generate_s", "generate_overhead", "generate_over_engine", "nfe_ok",
-                "calls_match", "peak_gib"]
-AGREE_COLUMNS = ["requests", "max_steps", "sampling", "same_tokens_share", "same_position_share", "same_nfe_share",
-                 "first_step_logits_max_abs_diff", "first_step_same_argmax_share", "alone_s", "together_s"]
-SAMPLER_COLUMNS = ["batch", "canvas", "vocab", "reference_s", "ours_s", "ours_net_s", "fused_s", "fused_bf16_s",
-                   "ratio_of_medians", "fused_ratio_of_medians", "argmax_agree_ours", "argmax_agree_fused",
-                   "argmax_agree_fused_bf16", "fused_skipped"]
+FORWARD_COLUMNS = [
+    "batch",
+    "context",
+    "canvas",
+    "denoise_ms",
+    "denoise_selfcond_ms",
+    "ar_token_ms",
+    "ar_token_no_head_ms",
+    "denoise_over_ar",
+    "denoise_selfcond_over_ar",
+    "denoise_over_ar_no_head",
+    "experts_per_layer_denoise",
+    "experts_per_layer_ar",
+]
+LOOP_COLUMNS = [
+    "batch",
+    "steps",
+    "canvases",
+    "sampling",
+    "bare_s",
+    "engine_s",
+    "engine_overhead",
+    "engine_overhead_ms_per_step",
+    "generate_s",
+    "generate_overhead",
+    "generate_over_engine",
+    "nfe_ok",
+    "calls_match",
+    "peak_gib",
+]
+AGREE_COLUMNS = [
+    "requests",
+    "max_steps",
+    "sampling",
+    "same_tokens_share",
+    "same_position_share",
+    "same_nfe_share",
+    "first_step_logits_max_abs_diff",
+    "first_step_same_argmax_share",
+    "alone_s",
+    "together_s",
+]
+SAMPLER_COLUMNS = [
+    "batch",
+    "canvas",
+    "vocab",
+    "reference_s",
+    "ours_s",
+    "ours_net_s",
+    "fused_s",
+    "fused_bf16_s",
+    "ratio_of_medians",
+    "fused_ratio_of_medians",
+    "argmax_agree_ours",
+    "argmax_agree_fused",
+    "argmax_agree_fused_bf16",
+    "fused_skipped",
+]
 
 
 def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> dict[str, Any]:
@@ -510,8 +655,9 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     except ImportError as e:
         import transformers
 
-        raise SystemExit(f"transformers {transformers.__version__} has no DiffusionGemma ({e}); "
-                         "see docs/gpu_check.md") from e
+        raise SystemExit(
+            f"transformers {transformers.__version__} has no DiffusionGemma ({e}); see docs/gpu_check.md"
+        ) from e
     from bench import sampler_step
     from harness.decode import BlockDiffusionDecoder
     from models.tiny import char_tokenizer
@@ -530,40 +676,60 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     _reset_peak(cfg.device)
     model = build_model(model_config(cfg.tiny), cfg.device, dtype)
     params = sum(p.numel() for p in model.parameters())
-    build = {"build_s": time.perf_counter() - t0, "parameters": params,
-             "experts_implementation": getattr(model.config, "_experts_implementation", None),
-             "attn_implementation": getattr(model.config, "_attn_implementation", None), **_mem(cfg.device)}
+    build = {
+        "build_s": time.perf_counter() - t0,
+        "parameters": params,
+        "experts_implementation": getattr(model.config, "_experts_implementation", None),
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        **_mem(cfg.device),
+    }
     say("build: " + ", ".join(f"{k}={val}" for k, val in build.items()))
     # no EOS id the model can sample: every row runs to max_new_tokens, so every contender makes the same forwards
     adapter = make_adapter(model, char_tokenizer(), eos_ids=[model.config.text_config.vocab_size])
     v, c = adapter.vocab_size, adapter.canvas_length
     fused = BlockDiffusionDecoder(adapter, engine_sampler(cfg)).fused
     plan = memory_plan(model, cfg, params)
-    say(table(plan["rows"], ["batch", "engine_estimate_gib", "engine_phase", "engine_fits", "generate_estimate_gib",
-                             "generate_fits"]))
-    say(f"memory: {plan['total_gib']:.1f} GiB ({plan['source']}), budget {plan['budget_gib']:.1f} GiB; "
-        f"largest batch that fits: {plan['largest_batch_that_fits']}")
+    say(
+        table(
+            plan["rows"],
+            ["batch", "engine_estimate_gib", "engine_phase", "engine_fits", "generate_estimate_gib", "generate_fits"],
+        )
+    )
+    say(
+        f"memory: {plan['total_gib']:.1f} GiB ({plan['source']}), budget {plan['budget_gib']:.1f} GiB; "
+        f"largest batch that fits: {plan['largest_batch_that_fits']}"
+    )
     for note in plan["notes"]:
         say("note: " + note)
     counter = ExpertCounter(model)
     payload: dict[str, Any] = {
-        "bench": "gpu_check", "tiny": cfg.tiny, "complete": False, "config": asdict(cfg), "machine": info,
+        "bench": "gpu_check",
+        "tiny": cfg.tiny,
+        "complete": False,
+        "config": asdict(cfg),
+        "machine": info,
         "build": build,
         "engine_sampling": "fused kernel" if fused else "torch draw_fast",
         "contains": {
             "denoise_ms": "adapter.denoise: canvas embeddings + 30 bidirectional decoder layers over the canvas and "
-                          "the cached context + final norm + LM head (V logits per canvas position) written into the "
-                          "engine's logits buffer (logits_dtype); the soft cap is in the sampler step",
+            "the cached context + final norm + LM head (V logits per canvas position) written into the "
+            "engine's logits buffer (logits_dtype); the soft cap is in the sampler step",
             "denoise_selfcond_ms": "the same plus self-conditioning (softmax over V x embedding matrix + its FFW "
-                                   "block)",
+            "block)",
             "ar_token_ms": "1-token causal encoder forward appending to the same cache + LM head over that token + "
-                           "float32 + final soft cap (an AR decode step)",
+            "float32 + final soft cap (an AR decode step)",
             "ar_token_no_head_ms": "the same without the LM head (the figure before; overstates denoise/AR)",
             "engine_s": "BlockDiffusionDecoder(adapter, sampler).stream(requests, batch_size=b) to the last result",
             "bare_s": "the engine's prefill + denoise + commit calls (same counts, same logits buffers), no sampling",
             "generate_s": "model.generate() at the same batch, steps and canvases",
         },
-        "memory": plan, "forward": [], "loop": [], "agreement": None, "sampler": [], "phase_s": {}, "skipped": [],
+        "memory": plan,
+        "forward": [],
+        "loop": [],
+        "agreement": None,
+        "sampler": [],
+        "phase_s": {},
+        "skipped": [],
     }
     name = "gpu_check_tiny" if cfg.tiny else "gpu_check"
     dest = {"out_dir": out_dir} if out_dir else {}
@@ -599,8 +765,10 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
 
     def sampler():
         for b in cfg.sampler_batches:
-            row = guarded(f"sampler batch {b}", lambda b=b: sampler_step.bench_one(b, c, v, cfg.sampler_repeats,
-                                                                                   warmup=1, device=cfg.device))
+            row = guarded(
+                f"sampler batch {b}",
+                lambda b=b: sampler_step.bench_one(b, c, v, cfg.sampler_repeats, warmup=1, device=cfg.device),
+            )
             if row:
                 payload["sampler"].append(row)
         say(table(payload["sampler"], SAMPLER_COLUMNS))
@@ -615,12 +783,13 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         for b in plan["batches"]:
             projected = projected_loop_s(cfg, b, payload["forward"], c, b in plan["generate_batches"])
             if time.perf_counter() - t0 + projected > cfg.deadline_s:
-                payload["skipped"].append(f"loop batch {b}: would end past the {cfg.deadline_s:.0f}s deadline "
-                                          f"(projected {projected:.0f}s from the forward timings)")
+                payload["skipped"].append(
+                    f"loop batch {b}: would end past the {cfg.deadline_s:.0f}s deadline "
+                    f"(projected {projected:.0f}s from the forward timings)"
+                )
                 say(f"note: {payload['skipped'][-1]}")
                 continue
-            row = guarded(f"loop batch {b}",
-                          lambda b=b: loop_overhead(adapter, cfg, b, b in plan["generate_batches"]))
+            row = guarded(f"loop batch {b}", lambda b=b: loop_overhead(adapter, cfg, b, b in plan["generate_batches"]))
             if row:
                 payload["loop"].append(row)
         say(table(payload["loop"], LOOP_COLUMNS))
@@ -649,8 +818,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--loop-repeats", type=int, default=None)
     p.add_argument("--agree-max-steps", type=int, default=None)
-    p.add_argument("--draw", choices=["fast", "fused", "exact"], default=None,
-                   help="engine draw (default: the sampler's)")
+    p.add_argument(
+        "--draw", choices=["fast", "fused", "exact"], default=None, help="engine draw (default: the sampler's)"
+    )
     p.add_argument("--memory-budget-gib", type=float, default=None, help="plan batch sizes against this memory")
     p.add_argument("--deadline-s", type=float, default=None)
     p.add_argument("--phases", nargs="+", choices=PHASES, default=None)
@@ -661,8 +831,20 @@ def main(argv: list[str] | None = None) -> None:
     threads = a.threads or (1 if a.tiny else None)
     if threads:  # tiny models on a shared CPU: multi-threaded small ops wait on busy cores
         torch.set_num_threads(threads)
-    for key in ("device", "batches", "context", "steps", "canvases", "repeats", "loop_repeats", "agree_max_steps",
-                "draw", "memory_budget_gib", "deadline_s", "phases"):
+    for key in (
+        "device",
+        "batches",
+        "context",
+        "steps",
+        "canvases",
+        "repeats",
+        "loop_repeats",
+        "agree_max_steps",
+        "draw",
+        "memory_budget_gib",
+        "deadline_s",
+        "phases",
+    ):
         if getattr(a, key) is not None:
             setattr(cfg, key, getattr(a, key))
     run(cfg, a.out_dir)

@@ -24,32 +24,70 @@ from bench.common import OUT_DIR, machine_info, print_machine, table, write_json
 def summary_rows(sampler: dict, decode: dict, throughput: dict, eng: dict | None = None) -> list[dict[str, Any]]:
     rows = []
     for r in sampler["rows"]:
-        rows.append({"bench": "sampler_step", "setting": f"B={r['batch']} C={r['canvas']} V={r['vocab']}",
-                     "reference": f"{r['reference_s']:.3f}s", "ours": f"{r['ours_s']:.3f}s", "ratio": r["ratio_of_medians"],
-                     "note": f"net {r['net_ratio_of_medians']:.1f}x; argmax equal {r['argmax_equal']}"})
+        rows.append(
+            {
+                "bench": "sampler_step",
+                "setting": f"B={r['batch']} C={r['canvas']} V={r['vocab']}",
+                "reference": f"{r['reference_s']:.3f}s",
+                "ours": f"{r['ours_s']:.3f}s",
+                "ratio": r["ratio_of_medians"],
+                "note": f"net {r['net_ratio_of_medians']:.1f}x; argmax equal {r['argmax_equal']}",
+            }
+        )
     for r in decode["rows"]:
         for mode in ("ours_reference", "ours_fast", "ours_exact"):
-            note = f"same tokens: {r['same_outputs_reference_mode']}" if mode == "ours_reference" else f"nfe {r[mode + '_nfe']} vs {r['nfe_reference_mode']}"
-            rows.append({"bench": "decode_loop", "setting": f"B={r['batch']} {mode}", "reference": f"{r['generate_s']:.3f}s",
-                         "ours": f"{r[mode + '_s']:.3f}s", "ratio": r[f"{mode}_ratio"], "note": note})
+            note = (
+                f"same tokens: {r['same_outputs_reference_mode']}"
+                if mode == "ours_reference"
+                else f"nfe {r[mode + '_nfe']} vs {r['nfe_reference_mode']}"
+            )
+            rows.append(
+                {
+                    "bench": "decode_loop",
+                    "setting": f"B={r['batch']} {mode}",
+                    "reference": f"{r['generate_s']:.3f}s",
+                    "ours": f"{r[mode + '_s']:.3f}s",
+                    "ratio": r[f"{mode}_ratio"],
+                    "note": note,
+                }
+            )
     for r in throughput["rows"]:
-        rows.append({"bench": "sudoku_throughput", "setting": f"B={r['batch']} n={r['samples']}",
-                     "reference": f"{r['generate_samples_per_s']:.2f}/s", "ours": f"{r['ours_samples_per_s']:.2f}/s",
-                     "ratio": r["ratio"],
-                     "note": f"{r['vs_first_batch']:.2f}x ours at B={throughput['rows'][0]['batch']}, "
-                             f"util {r['row_utilization']:.2f}, same tokens {r['same_tokens_as_first']}, "
-                             f"solved {r['ours_solved_rate']:.2f} vs {r['generate_solved_rate']:.2f}, tpf {r['ours_tpf']:.2f}"})
+        rows.append(
+            {
+                "bench": "sudoku_throughput",
+                "setting": f"B={r['batch']} n={r['samples']}",
+                "reference": f"{r['generate_samples_per_s']:.2f}/s",
+                "ours": f"{r['ours_samples_per_s']:.2f}/s",
+                "ratio": r["ratio"],
+                "note": f"{r['vs_first_batch']:.2f}x ours at B={throughput['rows'][0]['batch']}, "
+                f"util {r['row_utilization']:.2f}, same tokens {r['same_tokens_as_first']}, "
+                f"solved {r['ours_solved_rate']:.2f} vs {r['generate_solved_rate']:.2f}, tpf {r['ours_tpf']:.2f}",
+            }
+        )
     if eng:
         m = eng["memory"]
-        rows.append({"bench": "engine_memory", "setting": f"B={m['batch']} C={m['canvas']} V={m['vocab']}",
-                     "reference": f"{m['generate_extra_U']:.2f}U", "ours": f"{m['ours_extra_U']:.2f}U",
-                     "ratio": m["generate_extra_U"] / m["ours_extra_U"] if m["ours_extra_U"] else 0.0,
-                     "note": f"extra logits memory, U = {m['U_GB']:.3f} GB"})
+        rows.append(
+            {
+                "bench": "engine_memory",
+                "setting": f"B={m['batch']} C={m['canvas']} V={m['vocab']}",
+                "reference": f"{m['generate_extra_U']:.2f}U",
+                "ours": f"{m['ours_extra_U']:.2f}U",
+                "ratio": m["generate_extra_U"] / m["ours_extra_U"] if m["ours_extra_U"] else 0.0,
+                "note": f"extra logits memory, U = {m['U_GB']:.3f} GB",
+            }
+        )
         for r in eng["rows"]:
-            rows.append({"bench": "engine_overhead", "setting": f"B={r['batch']} n={r['samples']}",
-                         "reference": "-", "ours": f"{r['overhead_ms_per_step']:.1f}ms/step", "ratio": 0.0,
-                         "note": f"{r['overhead_share']:.0%} of wall outside the model; "
-                                 f"{r['host_syncs_per_step']:.2f} host syncs/step"})
+            rows.append(
+                {
+                    "bench": "engine_overhead",
+                    "setting": f"B={r['batch']} n={r['samples']}",
+                    "reference": "-",
+                    "ours": f"{r['overhead_ms_per_step']:.1f}ms/step",
+                    "ratio": 0.0,
+                    "note": f"{r['overhead_share']:.0%} of wall outside the model; "
+                    f"{r['host_syncs_per_step']:.2f} host syncs/step",
+                }
+            )
     return rows
 
 
@@ -71,8 +109,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         eng = engine.run(out_dir=a.out_dir)
     rows = summary_rows(sampler, decode, throughput, eng)
     info = machine_info()
-    payload = {"bench": "run_all", "quick": a.quick, "machine": info, "total_s": time.perf_counter() - t0, "rows": rows,
-               "model": throughput["model"]}
+    payload = {
+        "bench": "run_all",
+        "quick": a.quick,
+        "machine": info,
+        "total_s": time.perf_counter() - t0,
+        "rows": rows,
+        "model": throughput["model"],
+    }
     path = write_json("summary", payload, a.out_dir)
     print()
     print_machine(info)

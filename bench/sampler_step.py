@@ -74,8 +74,9 @@ class ReferenceStep:
     """transformers' ops in generate()'s order (the forward's soft cap included), global RNG."""
 
     def __init__(self, canvas: int, vocab: int, entropy_bound: float = 0.1, softcap: float | None = SOFTCAP):
-        self.sampler = EntropyBoundSampler(EntropyBoundSamplerConfig(entropy_bound=entropy_bound), canvas, vocab,
-                                           MAX_STEPS)
+        self.sampler = EntropyBoundSampler(
+            EntropyBoundSamplerConfig(entropy_bound=entropy_bound), canvas, vocab, MAX_STEPS
+        )
         self.temperature = LinearTemperatureScheduleLogitsProcessor(0.4, 0.8, MAX_STEPS)
         self.stop = StableAndConfidentStoppingCriteria(stability_threshold=1, confidence_threshold=0.005)
         self.softcap = softcap
@@ -104,14 +105,21 @@ class EngineStep:
     (the step processes the logits in place); kind="fused": `fused_sampling` (the Triton kernel) reading the
     raw logits, writing the processed ones to a `sc_dtype` buffer (the engine's self-conditioning input)."""
 
-    def __init__(self, raw: torch.Tensor, kind: str = "torch", entropy_bound: float = 0.1,
-                 softcap: float | None = SOFTCAP, sc_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        raw: torch.Tensor,
+        kind: str = "torch",
+        entropy_bound: float = 0.1,
+        softcap: float | None = SOFTCAP,
+        sc_dtype: torch.dtype | None = None,
+    ):
         b, c, v = raw.shape
         dev = raw.device
         self.cfg = EntropyBoundConfig(entropy_bound=entropy_bound, max_steps=MAX_STEPS)
         self.kind, self.softcap, self.vocab = kind, softcap, v
-        self.keys = torch.stack([torch.arange(b), torch.zeros(b, dtype=torch.long),
-                                 torch.full((b,), STEP, dtype=torch.long)]).to(dev)
+        self.keys = torch.stack(
+            [torch.arange(b), torch.zeros(b, dtype=torch.long), torch.full((b,), STEP, dtype=torch.long)]
+        ).to(dev)
         self.temperature = self.cfg.temperatures(self.keys[2].cpu()).to(dev)
         self.history = torch.full((self.cfg.stability_steps, b, c), -1, dtype=torch.long, device=dev)
         if kind == "torch":
@@ -131,8 +139,9 @@ class EngineStep:
 
     def step(self, raw: torch.Tensor, canvas: torch.Tensor):
         x = self.workspace if self.workspace is not None else raw
-        return sampler_step(self.cfg, self.sample, x, self.temperature, self.softcap, self.keys, canvas,
-                            self.history, self.vocab)
+        return sampler_step(
+            self.cfg, self.sample, x, self.temperature, self.softcap, self.keys, canvas, self.history, self.vocab
+        )
 
     def __call__(self, raw: torch.Tensor, canvas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.refill(raw)
@@ -172,8 +181,9 @@ def agreement(raw: torch.Tensor, fused: bool = False, softcap: float | None = SO
     draws = {"ours": torch_sampling(draw_fast)(raw.float().clone(), temperature, softcap, u)}
     if fused:
         for name, dtype in (("fused", raw.dtype), ("fused_bf16", torch.bfloat16)):
-            sc = torch.empty(b, c, v, dtype=torch.bfloat16 if name == "fused_bf16" else torch.float32,
-                             device=raw.device)
+            sc = torch.empty(
+                b, c, v, dtype=torch.bfloat16 if name == "fused_bf16" else torch.float32, device=raw.device
+            )
             draws[name] = fused_sampling(sc)(raw.to(dtype), temperature, softcap, u)
     row: dict[str, Any] = {}
     for name, d in draws.items():
@@ -185,8 +195,16 @@ def agreement(raw: torch.Tensor, fused: bool = False, softcap: float | None = SO
     return row
 
 
-def bench_one(b: int, c: int, v: int, repeats: int, warmup: int = 1, device: str = "cpu",
-              fused: bool | None = None, softcap: float | None = SOFTCAP) -> dict[str, Any]:
+def bench_one(
+    b: int,
+    c: int,
+    v: int,
+    repeats: int,
+    warmup: int = 1,
+    device: str = "cpu",
+    fused: bool | None = None,
+    softcap: float | None = SOFTCAP,
+) -> dict[str, Any]:
     """Time the contenders on one (B, C, V) logits tensor. `fused=None`: run the kernel where it can run."""
     skipped = fused_status(device)
     if fused is False:
@@ -195,8 +213,14 @@ def bench_one(b: int, c: int, v: int, repeats: int, warmup: int = 1, device: str
         raise RuntimeError(f"fused draw requested but it cannot run here: {skipped}")
     raw = make_logits(b, c, v, device)
     canvas = torch.randint(0, v, (b, c), device=device)
-    row: dict[str, Any] = {"batch": b, "canvas": c, "vocab": v, "device": str(device), "softcap": softcap,
-                           **agreement(raw, fused=skipped is None, softcap=softcap)}
+    row: dict[str, Any] = {
+        "batch": b,
+        "canvas": c,
+        "vocab": v,
+        "device": str(device),
+        "softcap": softcap,
+        **agreement(raw, fused=skipped is None, softcap=softcap),
+    }
     ref, ours = ReferenceStep(c, v, softcap=softcap), EngineStep(raw, "torch", softcap=softcap)
     fns = {"reference": lambda: ref(raw, canvas), "copy": lambda: ours.refill(raw), "ours": lambda: ours(raw, canvas)}
     model_dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
@@ -222,14 +246,37 @@ def bench_one(b: int, c: int, v: int, repeats: int, warmup: int = 1, device: str
     return row
 
 
-COLUMNS = ["batch", "canvas", "vocab", "reference_s", "ours_s", "ours_net_s", "ratio_of_medians",
-           "net_ratio_of_medians", "fused_s", "fused_bf16_s", "fused_ratio_of_medians", "argmax_agree_ours",
-           "argmax_agree_fused", "argmax_agree_fused_bf16", "max_abs_entropy_diff"]
+COLUMNS = [
+    "batch",
+    "canvas",
+    "vocab",
+    "reference_s",
+    "ours_s",
+    "ours_net_s",
+    "ratio_of_medians",
+    "net_ratio_of_medians",
+    "fused_s",
+    "fused_bf16_s",
+    "fused_ratio_of_medians",
+    "argmax_agree_ours",
+    "argmax_agree_fused",
+    "argmax_agree_fused_bf16",
+    "max_abs_entropy_diff",
+]
 
 
-def run(batches: list[int], canvas: int = 256, vocab: int = 262_144, repeats: int = 3, warmup: int = 1,
-        threads: int | None = 2, device: str = "cpu", out_dir: str | None = None, quiet: bool = False,
-        fused: bool | None = None) -> dict[str, Any]:
+def run(
+    batches: list[int],
+    canvas: int = 256,
+    vocab: int = 262_144,
+    repeats: int = 3,
+    warmup: int = 1,
+    threads: int | None = 2,
+    device: str = "cpu",
+    out_dir: str | None = None,
+    quiet: bool = False,
+    fused: bool | None = None,
+) -> dict[str, Any]:
     if threads:
         torch.set_num_threads(threads)
     info = machine_info()

@@ -1,7 +1,7 @@
-"""What an eval is: items with prompts, a per-item scorer, and a summary; the loop lives in harness.evaluate.
+"""What an eval is: items with prompts, a per-item scorer, and a summary; the harness's loop
+(`harness.evaluate.run_items`) decodes and scores them and the eval never calls the harness.
 
-Evals that drive generation themselves (lm-eval) override `run`; everything else only supplies
-`items`, `score` and (optionally) `summarize`.
+Evals that drive generation themselves (lm-eval) implement `contract.decoding.SelfDrivingEval` instead.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.base import Prompt
+from contract.text import Prompt
 
 
 @dataclass
@@ -53,9 +53,3 @@ class Eval(ABC):
         """The per-sample rows with their scores (what loggers record). Evals that score after decoding,
         such as lm-eval's, keep them in a file of their own and override this."""
         return list(store.load().values())
-
-    def run(self, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
-        """Decode every unfinished item, store each sample as it finishes, return the metrics."""
-        from harness.evaluate import run_items
-
-        return run_items(self, decoder, store, batch_size=batch_size, seed=seed)

@@ -23,8 +23,8 @@ from typing import Any
 
 import pandas as pd
 
+from contract.records import decode_metrics
 from harness.fronts import annotate_fronts
-from harness.records import decode_metrics
 from harness.store import METRICS, SAMPLES, read_metrics, read_samples
 
 ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]

@@ -1,34 +1,36 @@
 """A short Python API for notebooks: load a decoder, pick a sampler, generate.
 
-    from harness import api
-    dec = api.load_decoder("outputs/tiny/diffusion", sampler="entropy_bound", entropy_bound=0.2, max_steps=16)
-    results = api.generate(dec, ["Hello", [{"role": "user", "content": "Why is the sky blue?"}]], max_new_tokens=64)
-    results[0].text, results[0].tpf, results[0].steps_per_canvas
+from harness import api
+dec = api.load_decoder("outputs/tiny/diffusion", sampler="entropy_bound", entropy_bound=0.2, max_steps=16)
+results = api.generate(dec, ["Hello", [{"role": "user", "content": "Why is the sky blue?"}]], max_new_tokens=64)
+results[0].text, results[0].tpf, results[0].steps_per_canvas
 
-    dec = api.decoder_from_config(["model=sudoku6_diffusion", "sampler=confidence_topk"])  # same as the CLI
+dec = api.decoder_from_config(["model=sudoku6_diffusion", "sampler=confidence_topk"])  # same as the CLI
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.records import GenerationRequest, GenerationResult
-from models.base import Prompt, sample_seed
+from contract.records import GenerationRequest, GenerationResult
+from contract.text import Prompt, sample_seed
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
-def load_decoder(path: str, sampler: str = "entropy_bound", kind: str = "diffusion", model_kwargs: dict | None = None, **knobs):
+def load_decoder(
+    path: str, sampler: str = "entropy_bound", kind: str = "diffusion", model_kwargs: dict | None = None, **knobs
+):
     """A decoder for a checkpoint (local folder or hub id). `knobs` are sampler fields (see samplers.config)."""
     from harness.configs import SAMPLERS
-    from harness.run import build_decoder
+    from harness.decode import decoder_for
 
     if kind == "diffusion":
         from models.diffusion_gemma import DiffusionGemmaAdapter
 
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler: unknown {sampler!r}; choose one of {sorted(SAMPLERS)}")
-        return build_decoder(DiffusionGemmaAdapter(path, **(model_kwargs or {})), SAMPLERS[sampler](**knobs))
+        return decoder_for(DiffusionGemmaAdapter(path, **(model_kwargs or {})), SAMPLERS[sampler](**knobs))
     if kind == "ar":
         from models.ar import ARDecoder
 
@@ -42,19 +44,24 @@ def decoder_from_config(overrides: list[str] | None = None):
     from hydra.utils import instantiate
 
     from harness.configs import check_model_path, register_configs
-    from harness.run import build_decoder
+    from harness.decode import decoder_for
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides or []))
     sampler = instantiate(cfg.sampler)
     check_model_path(cfg.model)
-    return build_decoder(instantiate(cfg.model), sampler)
+    return decoder_for(instantiate(cfg.model), sampler)
 
 
-def generate(decoder, prompts: list[Prompt], max_new_tokens: int = 256, seed: int = 0,
-             stop_strings: list[str] | None = None) -> list[GenerationResult]:
+def generate(
+    decoder, prompts: list[Prompt], max_new_tokens: int = 256, seed: int = 0, stop_strings: list[str] | None = None
+) -> list[GenerationResult]:
     """Decode prompts (text or chat messages) in one batch; sample i uses the stream of (seed, str(i))."""
-    requests = [GenerationRequest(str(i), decoder.encode(p), sample_seed(seed, str(i)), max_new_tokens, list(stop_strings or []))
-                for i, p in enumerate(prompts)]
+    requests = [
+        GenerationRequest(
+            str(i), decoder.encode(p), sample_seed(seed, str(i)), max_new_tokens, list(stop_strings or [])
+        )
+        for i, p in enumerate(prompts)
+    ]
     return decoder.generate(requests)

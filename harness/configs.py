@@ -18,7 +18,8 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from evals.paths import register_path_resolver
+from contract.decoding import DecoderKind
+from contract.paths import register_path_resolver, resolve_model_ref
 from samplers.config import ConfidenceThresholdConfig, ConfidenceTopKConfig, EntropyBoundConfig
 from samplers.knobs import changed_knobs, run_name_part
 
@@ -36,13 +37,23 @@ def register_configs() -> None:
     register_path_resolver()  # ${repo_root:} for conf/paths/
 
 
+def model_kind(model: DictConfig) -> DecoderKind:
+    """The kind of decoder a model config builds, read from its class's `kind` (never from names)."""
+    from hydra.utils import get_class
+
+    target = model.get("_target_")
+    if not target:
+        raise ValueError("model._target_: missing (the adapter or decoder class to build)")
+    return DecoderKind(getattr(get_class(str(target)), "kind", DecoderKind.AR))
+
+
 def run_name(model: DictConfig, sampler: DictConfig, ev: DictConfig, seed: int) -> str:
     """`<model>__<sampler knobs that differ from defaults>__<eval>__s<seed>__<hash of all three>`."""
     m = OmegaConf.to_container(model, resolve=True)
     s = OmegaConf.to_container(sampler, resolve=True)
     e = OmegaConf.to_container(ev, resolve=True)
     parts = [str(m.get("name", "model"))]
-    if m.get("_target_", "").endswith("DiffusionGemmaAdapter"):
+    if model_kind(model) == DecoderKind.DIFFUSION:
         cls = SAMPLERS.get(str(s.get("name")))
         defaults = asdict(cls()) if cls else {}
         knobs = [run_name_part(k, v) for k, v in changed_knobs(s, defaults).items()]
@@ -53,21 +64,28 @@ def run_name(model: DictConfig, sampler: DictConfig, ev: DictConfig, seed: int) 
 
 
 def check_model_path(model: DictConfig) -> None:
-    """Fail fast on a model path that is neither a local folder nor a hub id ("org/name")."""
+    """Fail fast on a model path that is neither a local folder (as given, or under the repo root: the one rule
+    every adapter loads by) nor a hub id ("org/name"), or a hub id that offline mode cannot load."""
     path = model.get("path")
     if not path:
         raise ValueError("model.path: missing (a local checkpoint folder or a hub id such as org/name)")
-    p = Path(str(path))
-    if p.exists():
+    hint = " (build tiny models with `make tiny-models`)" if "tiny" in str(path) else ""
+    try:
+        resolved = resolve_model_ref(str(path), "model.path")
+    except FileNotFoundError as e:
+        raise ValueError(f"{e}{hint}") from None
+    p = Path(resolved)
+    if p.is_dir():
         if not (p / "config.json").exists():
             raise ValueError(f"model.path: {p} exists but holds no config.json (not a transformers checkpoint)")
         return
-    hint = " (build tiny models with `make tiny-models`)" if "tiny" in str(path) else ""
-    if str(path).startswith((".", "/", "~")) or not HUB_ID.match(str(path)):
+    if not HUB_ID.match(str(path)):
         raise ValueError(f"model.path: {path} does not exist locally and is not a hub id{hint}")
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
         from huggingface_hub import try_to_load_from_cache
 
         if not isinstance(try_to_load_from_cache(str(path), "config.json", revision=model.get("revision")), str):
-            raise ValueError(f"model.path: {path} is neither a local folder nor a cached hub model, and "
-                             f"HF_HUB_OFFLINE=1 forbids downloading it{hint}")
+            raise ValueError(
+                f"model.path: {path} is neither a local folder nor a cached hub model, and "
+                f"HF_HUB_OFFLINE=1 forbids downloading it{hint}"
+            )

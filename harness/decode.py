@@ -30,8 +30,9 @@ from itertools import islice
 
 import torch
 
-from harness.records import GenerationRequest, GenerationResult
-from models.base import cut_at_stop
+from contract.decoding import DecoderKind
+from contract.records import GenerationRequest, GenerationResult
+from contract.text import cut_at_stop
 from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.draw import StepDraw, draw_exact, draw_reference
@@ -58,8 +59,10 @@ def process_logits(x: torch.Tensor, softcap: float | None, temperature: torch.Te
 def torch_sampling(draw):
     """`sample(raw, temperature, softcap, u)` from a torch draw: process the logits in place, then draw.
     The processed logits stay in `raw`, which is the next step's self-conditioning input."""
+
     def sample(x: torch.Tensor, temperature: torch.Tensor, softcap: float | None, u: torch.Tensor) -> StepDraw:
         return draw(process_logits(x, softcap, temperature), u)
+
     return sample
 
 
@@ -70,14 +73,29 @@ def fused_sampling(processed_out: torch.Tensor):
 
     def sample(x: torch.Tensor, temperature: torch.Tensor, softcap: float | None, u: torch.Tensor) -> StepDraw:
         b, c, v = x.shape
-        out = fused_draw(x.reshape(b * c, v), temperature.repeat_interleave(c), u.reshape(-1), softcap,
-                         processed_out[:b].view(b * c, v))
+        out = fused_draw(
+            x.reshape(b * c, v),
+            temperature.repeat_interleave(c),
+            u.reshape(-1),
+            softcap,
+            processed_out[:b].view(b * c, v),
+        )
         return StepDraw(*(t.view(b, c) for t in out))
+
     return sample
 
 
-def sampler_step(cfg: SamplerConfig, sample, x: torch.Tensor, temperature: torch.Tensor, softcap: float | None,
-                 keys: torch.Tensor, canvas: torch.Tensor, history: torch.Tensor, vocab: int) -> StepOutput:
+def sampler_step(
+    cfg: SamplerConfig,
+    sample,
+    x: torch.Tensor,
+    temperature: torch.Tensor,
+    softcap: float | None,
+    keys: torch.Tensor,
+    canvas: torch.Tensor,
+    history: torch.Tensor,
+    vocab: int,
+) -> StepOutput:
     """Everything of one denoising step after the forward, for rows each at their own step.
 
     `x` (B, C, V) raw logits; `sample` is `torch_sampling(draw)` or `fused_sampling(...)`; `keys` (3, B)
@@ -85,7 +103,9 @@ def sampler_step(cfg: SamplerConfig, sample, x: torch.Tensor, temperature: torch
     captured whole by `torch.compile`.
     """
     seed, canvas_idx, step = keys[0], keys[1], keys[2]
-    d: StepDraw = sample(x, temperature, softcap, streams.uniforms(seed, canvas_idx, step, canvas.shape[1], streams.SAMPLE))
+    d: StepDraw = sample(
+        x, temperature, softcap, streams.uniforms(seed, canvas_idx, step, canvas.shape[1], streams.SAMPLE)
+    )
     keep = cfg.remask(cfg.accept(d, step), d.confidence)
     noise = streams.tokens(seed, canvas_idx, step, canvas.shape[1], vocab, streams.RENOISE)
     new_canvas = torch.where(keep, d.sampled, noise)
@@ -148,9 +168,9 @@ class _Row:
 
 
 class BlockDiffusionDecoder:
-    """Implements `models.base.Decoder` for a block-diffusion adapter (see `models.diffusion_gemma`)."""
+    """`contract.decoding.Decoder` over a `contract.decoding.BlockDiffusionAdapter` (`models.diffusion_gemma`)."""
 
-    label = "diffusion"
+    label = DecoderKind.DIFFUSION
 
     def __init__(self, model, sampler: SamplerConfig):
         self.model, self.sampler = model, sampler
@@ -167,8 +187,12 @@ class BlockDiffusionDecoder:
         return self.model.encode(prompt)
 
     def describe(self) -> dict:
-        return {**self.model.describe(), "label": self.label, "sampler": self.sampler.knobs(),
-                "canvas_length": self.canvas_length}
+        return {
+            **self.model.describe(),
+            "label": self.label,
+            "sampler": self.sampler.knobs(),
+            "canvas_length": self.canvas_length,
+        }
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Decode a list together; results in request order."""
@@ -222,10 +246,12 @@ class BlockDiffusionDecoder:
             if changed or masks is None:
                 masks = model.canvas_masks(state, c)
 
-            x = model.denoise(state, canvas, masks, logits.sc[:b] if any(sc_rows) else None, sc_rows,
-                              out=logits.raw[:b])
-            keys = torch.tensor([[r.req.seed for r in rows], [r.canvas_idx for r in rows], [r.step for r in rows]],
-                                dtype=torch.long)  # host-known: copied to the device, never read back
+            x = model.denoise(
+                state, canvas, masks, logits.sc[:b] if any(sc_rows) else None, sc_rows, out=logits.raw[:b]
+            )
+            keys = torch.tensor(
+                [[r.req.seed for r in rows], [r.canvas_idx for r in rows], [r.step for r in rows]], dtype=torch.long
+            )  # host-known: copied to the device, never read back
             temperature = cfg.temperatures(keys[2]).to(dev)
             keys = keys.to(dev)
             out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas, history, v)
@@ -246,8 +272,9 @@ class BlockDiffusionDecoder:
                 res.renoised_per_step[-1].append(c - kept)
                 if trajectory is not None:
                     res.trajectory = res.trajectory or []
-                    res.trajectory.append({"canvas": row.canvas_idx, "step": row.step, "argmax": argmax,
-                                           "mean_entropy": trajectory[i]})
+                    res.trajectory.append(
+                        {"canvas": row.canvas_idx, "step": row.step, "argmax": argmax, "mean_entropy": trajectory[i]}
+                    )
                 row.step += 1
                 sc_rows[i] = cfg.self_conditioning
                 if not fin and row.step < cfg.max_steps:
@@ -310,8 +337,9 @@ class BlockDiffusionDecoder:
 
     def _finish(self, row: _Row, now: float) -> GenerationResult:
         req, res = row.req, row.result
-        toks, text, reason = cut_at_stop(self.tokenizer, row.outputs[: req.max_new_tokens], self.model.eos_ids,
-                                         req.stop_strings)
+        toks, text, reason = cut_at_stop(
+            self.tokenizer, row.outputs[: req.max_new_tokens], self.model.eos_ids, req.stop_strings
+        )
         res.token_ids = [t for t in toks if t != self.model.pad_id]  # TPF counts non-pad tokens (as generate())
         res.text, res.finished_by = text, reason
         res.latency_s = now - row.admitted
@@ -350,7 +378,8 @@ class BlockDiffusionDecoder:
                 break
             # as generate(): rows done earlier commit pads, rows ending here pad after their EOS
             pad = torch.tensor(was_done, device=canvas.device)[:, None] | (
-                torch.tensor(done, device=canvas.device)[:, None] & self._after_eos(canvas))
+                torch.tensor(done, device=canvas.device)[:, None] & self._after_eos(canvas)
+            )
             state = model.commit(state, canvas.masked_fill(pad, model.pad_id))
             for i in range(b):
                 rows[i].result.encoder_forwards += int(not done[i])
@@ -410,8 +439,14 @@ class BlockDiffusionDecoder:
                 res.renoised_per_step[-1].append(c - kept[i])
                 if entropy is not None:
                     res.trajectory = res.trajectory or []
-                    res.trajectory.append({"canvas": len(res.steps_per_canvas) - 1, "step": step,
-                                           "argmax": new_argmax[i].tolist(), "mean_entropy": entropy[i]})
+                    res.trajectory.append(
+                        {
+                            "canvas": len(res.steps_per_canvas) - 1,
+                            "step": step,
+                            "argmax": new_argmax[i].tolist(),
+                            "mean_entropy": entropy[i],
+                        }
+                    )
             canvas, argmax, sc = new_canvas, new_argmax, x.to(model.dtype)
             stopped = finished.tolist()
             if all(stopped):
@@ -420,3 +455,8 @@ class BlockDiffusionDecoder:
             if not done[i] and not stopped[i]:
                 row.result.step_cap_hits += 1
         return argmax
+
+
+def decoder_for(model, sampler: SamplerConfig):
+    """The decoder for a built model: block-diffusion adapters get this engine; AR decoders decode themselves."""
+    return BlockDiffusionDecoder(model, sampler) if getattr(model, "kind", None) == DecoderKind.DIFFUSION else model

@@ -6,8 +6,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from harness.records import GenerationRequest, decode_metrics
-from models.base import decode_and_store, sample_seed
+from contract.decoding import decode_and_store
+from contract.records import GenerationRequest, decode_metrics
+from contract.text import sample_seed
 
 
 def run_items(ev, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
@@ -23,8 +24,13 @@ def run_items(ev, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
     done = store.load()
     todo = {it.sample_id: it for it in items if it.sample_id not in done}
     requests = [
-        GenerationRequest(sample_id=it.sample_id, prompt_ids=decoder.encode(it.prompt), seed=sample_seed(seed, it.sample_id),
-                          max_new_tokens=ev.max_new_tokens, stop_strings=ev.stop_strings)
+        GenerationRequest(
+            sample_id=it.sample_id,
+            prompt_ids=decoder.encode(it.prompt),
+            seed=sample_seed(seed, it.sample_id),
+            max_new_tokens=ev.max_new_tokens,
+            stop_strings=ev.stop_strings,
+        )
         for it in todo.values()
     ]
 

@@ -16,18 +16,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from harness.configs import check_model_path, register_configs
+from contract.decoding import DecoderKind, SelfDrivingEval
+from harness.configs import check_model_path, model_kind, register_configs
+from harness.evaluate import run_items
 from harness.store import ResultStore
 
 log = logging.getLogger(__name__)
 register_configs()
-
-
-def build_decoder(model, sampler):
-    """Diffusion adapters get the block-diffusion loop; AR adapters decode by themselves."""
-    from harness.decode import BlockDiffusionDecoder
-
-    return BlockDiffusionDecoder(model, sampler) if getattr(model, "kind", None) == "diffusion" else model
 
 
 # lm-eval builds its prompts only while it runs; the memory check assumes prompts up to this long for them.
@@ -44,14 +39,15 @@ def plan_batch_size(cfg: DictConfig, ev, sampler) -> int:
     bs = cfg.batch_size
     if bs != "auto" and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 1):
         raise ValueError(f"batch_size: must be an integer >= 1 or 'auto', got {bs!r}")
-    if not str(cfg.model.get("_target_", "")).endswith("DiffusionGemmaAdapter") or cfg.model.get("device_map"):
+    if model_kind(cfg.model) != DecoderKind.DIFFUSION or cfg.model.get("device_map"):
         if bs == "auto":
             raise ValueError("batch_size=auto needs a block-diffusion model on one device (the memory estimate)")
         return bs
     from transformers import AutoTokenizer
 
+    from contract.paths import resolve_model_ref
+    from contract.text import encode_prompt
     from models import memory
-    from models.base import encode_prompt, resolve_model_ref
 
     path = resolve_model_ref(str(cfg.model.path), "model.path")
     config = memory.load_config(path, revision=cfg.model.get("revision"))
@@ -101,19 +97,42 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     import torch  # heavy imports only after every check above passed
 
     torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
-    decoder = build_decoder(instantiate(cfg.model), sampler)
+    from harness.decode import decoder_for
+
+    decoder = decoder_for(instantiate(cfg.model), sampler)
     info = decoder.describe()
-    run_info = {"run_name": cfg.run_name, "label": decoder.label, "model": cfg.model.name, "eval": ev.name,
-                "sampler": sampler.knobs() if decoder.label == "diffusion" else {}, "seed": cfg.seed, "decoder": info}
-    logger.start(run_name=cfg.run_name, group=str(cfg.sweep_name), config=OmegaConf.to_container(cfg, resolve=True),
-                 run_dir=str(store.run_dir))
-    metrics = ev.run(decoder, store, batch_size=batch_size, seed=cfg.seed)
+    run_info = {
+        "run_name": cfg.run_name,
+        "label": decoder.label,
+        "model": cfg.model.name,
+        "eval": ev.name,
+        "sampler": sampler.knobs() if decoder.label == DecoderKind.DIFFUSION else {},
+        "seed": cfg.seed,
+        "decoder": info,
+    }
+    logger.start(
+        run_name=cfg.run_name,
+        group=str(cfg.sweep_name),
+        config=OmegaConf.to_container(cfg, resolve=True),
+        run_dir=str(store.run_dir),
+    )
+    if isinstance(ev, SelfDrivingEval):  # lm-eval builds and scores its own requests
+        metrics = ev.run(decoder, store, batch_size=batch_size, seed=cfg.seed)
+    else:
+        metrics = run_items(ev, decoder, store, batch_size=batch_size, seed=cfg.seed)
     metrics["batch_size"] = batch_size
     metrics["run"] = run_info
     store.write_metrics(metrics)
     logger.finish(metrics, ev.scored_rows(store))
-    log.info("%s: quality=%s tpf=%.3f nfe=%d tok/s=%.1f -> %s", cfg.run_name, metrics.get("quality"),
-             metrics["tpf"], metrics["nfe"], metrics["tokens_per_second"], store.run_dir)
+    log.info(
+        "%s: quality=%s tpf=%.3f nfe=%d tok/s=%.1f -> %s",
+        cfg.run_name,
+        metrics.get("quality"),
+        metrics["tpf"],
+        metrics["nfe"],
+        metrics["tokens_per_second"],
+        store.run_dir,
+    )
     return metrics
 
 

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from contract.files import atomic_write
+
 SAMPLES = "samples.jsonl"
 METRICS = "metrics.json"
 
@@ -82,13 +84,3 @@ def read_samples(run_dir: str | Path) -> list[dict[str, Any]]:
 def read_metrics(run_dir: str | Path) -> dict[str, Any]:
     """A finished run dir's metrics.json."""
     return json.loads((Path(run_dir) / METRICS).read_text(encoding="utf-8"))
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write a whole file so readers see the old or the new content, never a torn one."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -2,7 +2,7 @@
 
 Both run `transformers`' own `generate` on any causal LM (hub id or local folder) and count the target's forward
 passes with a hook, so TPF is measured the same way as for the diffusion decoder: valid new tokens (cut at EOS /
-stop string by `models.base.cut_at_stop`) / target forwards. `ARDecoder` decodes left-padded batches; a row stops
+stop string by `contract.text.cut_at_stop`) / target forwards. `ARDecoder` decodes left-padded batches; a row stops
 paying once it has finished. `AssistedARDecoder` adds a draft model through assisted generation, which
 `transformers` runs one sequence at a time: label "ar+mtp" for a Gemma 4 MTP drafter (`gemma4_assistant`),
 "ar+draft" for an ordinary smaller causal LM.
@@ -19,8 +19,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from harness.records import GenerationRequest, GenerationResult
-from models.base import Prompt, cut_at_stop, default_eos_ids, encode_prompt, resolve_model_ref, stream_in_batches
+from contract.decoding import DecoderKind, stream_in_batches
+from contract.paths import resolve_model_ref
+from contract.records import GenerationRequest, GenerationResult
+from contract.text import Prompt, cut_at_stop, default_eos_ids, encode_prompt
 from models.forward_counter import ForwardCounter, RowFinishRecorder, StepStreamer
 from models.gemma4_mtp import ASSISTANT_MODEL_TYPES, export_shared_kv, load_assistant
 
@@ -29,7 +31,9 @@ DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, 
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 
 
-def load_causal_lm(ref: str, dtype: str, device: str | None, device_map: Any, attn_implementation: str | None, loader=None):
+def load_causal_lm(
+    ref: str, dtype: str, device: str | None, device_map: Any, attn_implementation: str | None, loader=None
+):
     """Load a causal LM in eval mode on one device, or spread by `device_map`."""
     kwargs: dict[str, Any] = {"dtype": DTYPES[dtype]}
     if attn_implementation:
@@ -54,7 +58,7 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
 class ARDecoder:
     """Plain AR decoding (greedy or sampled) of a causal LM with left-padded batches; label "ar"."""
 
-    label = "ar"
+    label = kind = DecoderKind.AR
 
     def __init__(
         self,
@@ -120,12 +124,22 @@ class ARDecoder:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "decoder": self.label, "name": self.name, "path": self.path, "model_class": type(self.model).__name__,
-            "dtype": self.dtype, "device": str(self.device), "device_map": str(self.device_map),
-            "attn_implementation": self.model.config._attn_implementation, "do_sample": self.do_sample,
-            "temperature": self.temperature if self.do_sample else None, "top_p": self.top_p if self.do_sample else None,
-            "top_k": self.top_k if self.do_sample else None, "enable_thinking": self.enable_thinking,
-            "eos_token_ids": self.eos_ids, "batched": True, "batch_invariant": not self.do_sample,
+            "decoder": self.label,
+            "name": self.name,
+            "path": self.path,
+            "model_class": type(self.model).__name__,
+            "dtype": self.dtype,
+            "device": str(self.device),
+            "device_map": str(self.device_map),
+            "attn_implementation": self.model.config._attn_implementation,
+            "do_sample": self.do_sample,
+            "temperature": self.temperature if self.do_sample else None,
+            "top_p": self.top_p if self.do_sample else None,
+            "top_k": self.top_k if self.do_sample else None,
+            "enable_thinking": self.enable_thinking,
+            "eos_token_ids": self.eos_ids,
+            "batched": True,
+            "batch_invariant": not self.do_sample,
             "nfe_rule": "target forwards while the row is running (prefill included)",
         }
 
@@ -137,8 +151,14 @@ class ARDecoder:
         """
         sampling = dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k) if self.do_sample else {}
         return GenerationConfig(
-            do_sample=self.do_sample, max_new_tokens=max_new_tokens, min_new_tokens=0, eos_token_id=self.eos_ids,
-            pad_token_id=self.pad_id, num_beams=1, repetition_penalty=1.0, **sampling,
+            do_sample=self.do_sample,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            num_beams=1,
+            repetition_penalty=1.0,
+            **sampling,
         )
 
     def stop_criterion(self, stop_strings: list[str]) -> StopStringCriteria | None:
@@ -159,8 +179,8 @@ class ARDecoder:
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
         return ids.to(self.device), mask.to(self.device)
 
     def _generate_group(self, group: list[GenerationRequest]) -> list[GenerationResult]:
@@ -171,10 +191,12 @@ class ARDecoder:
         # sampled batches draw from one stream seeded by the first request (not batch-invariant; greedy is)
         with torch.inference_mode(), seeded(group[0].seed, self.device), ForwardCounter(self.model) as forwards:
             out = self.model.generate(
-                input_ids=ids, attention_mask=mask, generation_config=self.generation_config(max_new),
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=self.generation_config(max_new),
                 stopping_criteria=StoppingCriteriaList([c for c in (stop, recorder) if c is not None]),
             )
-        new = out[:, ids.shape[1]:].tolist()
+        new = out[:, ids.shape[1] :].tolist()
         steps = len(new[0])
         row_nfe = [recorder.finish_step.get(i, steps) for i in range(len(group))]
         if forwards.count != steps or recorder.steps != steps or max(row_nfe) != steps:
@@ -187,12 +209,23 @@ class ARDecoder:
             tokens, text, reason = cut_at_stop(self.tokenizer, new[i][: row_nfe[i]], set(self.eos_ids), stops)
             if reason == "length" and i in recorder.finish_reason:
                 reason = recorder.finish_reason[i]  # a stop string straddling the prompt end stopped the row
-            results.append(GenerationResult(
-                sample_id=req.sample_id, token_ids=tokens, text=text, nfe=row_nfe[i], prompt_tokens=len(req.prompt_ids),
-                finished_by=reason, row_forwards=forwards.count,
-                extra={"batched": True, "batch_size": len(group), "batch_forwards": forwards.count,
-                       "generated_before_cut": row_nfe[i]},
-            ))
+            results.append(
+                GenerationResult(
+                    sample_id=req.sample_id,
+                    token_ids=tokens,
+                    text=text,
+                    nfe=row_nfe[i],
+                    prompt_tokens=len(req.prompt_ids),
+                    finished_by=reason,
+                    row_forwards=forwards.count,
+                    extra={
+                        "batched": True,
+                        "batch_size": len(group),
+                        "batch_forwards": forwards.count,
+                        "generated_before_cut": row_nfe[i],
+                    },
+                )
+            )
         return results
 
 
@@ -217,7 +250,9 @@ class AssistedARDecoder(ARDecoder):
         if num_assistant_tokens < 1:
             raise ValueError(f"num_assistant_tokens must be >= 1, got {num_assistant_tokens}")
         if num_assistant_tokens_schedule not in SCHEDULES:
-            raise ValueError(f"num_assistant_tokens_schedule must be one of {SCHEDULES}, got {num_assistant_tokens_schedule!r}")
+            raise ValueError(
+                f"num_assistant_tokens_schedule must be one of {SCHEDULES}, got {num_assistant_tokens_schedule!r}"
+            )
         if not 0 <= assistant_confidence_threshold < 1:
             raise ValueError(f"assistant_confidence_threshold must be in [0, 1), got {assistant_confidence_threshold}")
         if draft_dtype is not None and draft_dtype not in DTYPES:
@@ -228,31 +263,44 @@ class AssistedARDecoder(ARDecoder):
         target_vocab = AutoConfig.from_pretrained(resolve_model_ref(path, "model.path")).get_text_config().vocab_size
         if draft_config.get_text_config().vocab_size != target_vocab:
             raise ValueError(
-                f"draft vocabulary ({draft_config.get_text_config().vocab_size}) differs from the target's ({target_vocab}); "
+                f"draft vocabulary ({draft_config.get_text_config().vocab_size}) differs from the target's "
+                f"({target_vocab}); "
                 "assisted decoding here needs a draft with the target's tokenizer"
             )
         self.is_mtp = draft_type in ASSISTANT_MODEL_TYPES
-        self.label = "ar+mtp" if self.is_mtp else "ar+draft"
+        self.label = DecoderKind.AR_MTP if self.is_mtp else DecoderKind.AR_DRAFT
         self.resumable = True  # one request at a time, seeded by its own seed
         if self.is_mtp and num_assistant_tokens_schedule != "constant":
-            raise ValueError("an MTP drafter drafts a fixed num_assistant_tokens; use num_assistant_tokens_schedule=constant")
+            raise ValueError(
+                "an MTP drafter drafts a fixed num_assistant_tokens; use num_assistant_tokens_schedule=constant"
+            )
         super().__init__(path=path, **kwargs)
         self.draft_ref, self.draft_type = draft, draft_type
         self.num_assistant_tokens = num_assistant_tokens
         self.schedule = num_assistant_tokens_schedule
         self.confidence_threshold = assistant_confidence_threshold
         self.draft = load_causal_lm(
-            draft, draft_dtype or self.dtype, draft_device or str(self.device), None, self.attn_implementation,
+            draft,
+            draft_dtype or self.dtype,
+            draft_device or str(self.device),
+            None,
+            self.attn_implementation,
             loader=load_assistant if self.is_mtp else None,
         )
         self.kv_store_layers = export_shared_kv(self.model) if self.is_mtp else []
 
     def describe(self) -> dict[str, Any]:
         return {
-            **super().describe(), "draft_path": self.draft_ref, "draft_model_type": self.draft_type,
-            "draft_class": type(self.draft).__name__, "num_assistant_tokens": self.num_assistant_tokens,
-            "num_assistant_tokens_schedule": self.schedule, "assistant_confidence_threshold": self.confidence_threshold,
-            "batched": False, "batch_invariant": not self.do_sample, "kv_store_layers": self.kv_store_layers,
+            **super().describe(),
+            "draft_path": self.draft_ref,
+            "draft_model_type": self.draft_type,
+            "draft_class": type(self.draft).__name__,
+            "num_assistant_tokens": self.num_assistant_tokens,
+            "num_assistant_tokens_schedule": self.schedule,
+            "assistant_confidence_threshold": self.confidence_threshold,
+            "batched": False,
+            "batch_invariant": not self.do_sample,
+            "kv_store_layers": self.kv_store_layers,
             "nfe_rule": "target forwards: prefill + one verify forward per draft round",
         }
 
@@ -272,14 +320,20 @@ class AssistedARDecoder(ARDecoder):
         streamer = StepStreamer()
         stop = self.stop_criterion(req.stop_strings)
         with (
-            torch.inference_mode(), seeded(req.seed, self.device),
-            ForwardCounter(self.model) as target_fw, ForwardCounter(self.draft) as draft_fw,
+            torch.inference_mode(),
+            seeded(req.seed, self.device),
+            ForwardCounter(self.model) as target_fw,
+            ForwardCounter(self.draft) as draft_fw,
         ):
             out = self.model.generate(
-                input_ids=ids, attention_mask=mask, generation_config=self.generation_config(req.max_new_tokens),
-                assistant_model=self.draft, streamer=streamer, stopping_criteria=StoppingCriteriaList([stop] if stop else []),
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=self.generation_config(req.max_new_tokens),
+                assistant_model=self.draft,
+                streamer=streamer,
+                stopping_criteria=StoppingCriteriaList([stop] if stop else []),
             )
-        new = out[0, ids.shape[1]:].tolist()
+        new = out[0, ids.shape[1] :].tolist()
         per_step = streamer.tokens_per_step
         if target_fw.count != len(per_step) or sum(per_step) != len(new):
             raise RuntimeError(
@@ -288,10 +342,21 @@ class AssistedARDecoder(ARDecoder):
             )
         tokens, text, reason = cut_at_stop(self.tokenizer, new, set(self.eos_ids), req.stop_strings)
         return GenerationResult(
-            sample_id=req.sample_id, token_ids=tokens, text=text, nfe=target_fw.count, prompt_tokens=len(req.prompt_ids),
-            finished_by=reason, accepted_per_step=[per_step], row_forwards=target_fw.count,
-            extra={"batched": False, "draft_forwards": draft_fw.count, "generated_before_cut": len(new),
-                   "tokens_per_verify": per_step, "accepted_drafts": sum(per_step) - len(per_step)},
+            sample_id=req.sample_id,
+            token_ids=tokens,
+            text=text,
+            nfe=target_fw.count,
+            prompt_tokens=len(req.prompt_ids),
+            finished_by=reason,
+            accepted_per_step=[per_step],
+            row_forwards=target_fw.count,
+            extra={
+                "batched": False,
+                "draft_forwards": draft_fw.count,
+                "generated_before_cut": len(new),
+                "tokens_per_verify": per_step,
+                "accepted_drafts": sum(per_step) - len(per_step),
+            },
         )
 
 

@@ -15,8 +15,10 @@ import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 from transformers.cache_utils import DynamicCache
 
+from contract.decoding import DecoderKind
+from contract.paths import resolve_model_ref
+from contract.text import Prompt, default_eos_ids, encode_prompt
 from models import kv_rows
-from models.base import Prompt, default_eos_ids, encode_prompt, resolve_model_ref
 
 # Logits are made and read in blocks of canvas positions of at most this many float32 bytes, so the only
 # full-size logits tensor is the caller's output (the block size depends on (C, V) alone: batch invariance).
@@ -45,7 +47,7 @@ class ContextState:
 class DiffusionGemmaAdapter:
     """Loads a DiffusionGemma checkpoint from a hub id or a local folder and exposes the three block ops."""
 
-    kind = "diffusion"
+    kind = DecoderKind.DIFFUSION
 
     def __init__(
         self,
@@ -75,11 +77,20 @@ class DiffusionGemmaAdapter:
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(path, **kwargs).eval()
         if not device_map:
             model.to(device)
-        self._bind(model, AutoTokenizer.from_pretrained(path, revision=revision), enable_thinking, eos_token_ids, compile)
+        self._bind(
+            model, AutoTokenizer.from_pretrained(path, revision=revision), enable_thinking, eos_token_ids, compile
+        )
 
     @classmethod
-    def from_model(cls, model, tokenizer, name: str = "in-memory", eos_token_ids: list[int] | None = None,
-                   enable_thinking: bool | None = None, compile: bool = False) -> DiffusionGemmaAdapter:
+    def from_model(
+        cls,
+        model,
+        tokenizer,
+        name: str = "in-memory",
+        eos_token_ids: list[int] | None = None,
+        enable_thinking: bool | None = None,
+        compile: bool = False,
+    ) -> DiffusionGemmaAdapter:
         """Wrap a model already in memory (e.g. built directly on a GPU with random weights)."""
         self = cls.__new__(cls)
         self.path, self.name = f"<{name}>", name
@@ -163,7 +174,9 @@ class DiffusionGemmaAdapter:
             return state
         idx = torch.tensor(rows, device=self.device, dtype=torch.long)
         kv_rows.select(state.cache, idx)
-        out = ContextState(state.cache, state.attention_mask[idx], state.next_position[idx], [state.lengths[i] for i in rows])
+        out = ContextState(
+            state.cache, state.attention_mask[idx], state.next_position[idx], [state.lengths[i] for i in rows]
+        )
         return self._trim(out)
 
     def merge(self, a: ContextState | None, b: ContextState) -> ContextState:
@@ -174,7 +187,9 @@ class DiffusionGemmaAdapter:
         w = max(wa, wb)
         masks = [torch.nn.functional.pad(s.attention_mask, (w - ws, 0), value=False) for s, ws in ((a, wa), (b, wb))]
         cache = kv_rows.concat(a.cache, b.cache)
-        return ContextState(cache, torch.cat(masks), torch.cat([a.next_position, b.next_position]), a.lengths + b.lengths)
+        return ContextState(
+            cache, torch.cat(masks), torch.cat([a.next_position, b.next_position]), a.lengths + b.lengths
+        )
 
     def _trim(self, state: ContextState) -> ContextState:
         lead = kv_rows.width(state.cache) - max(state.lengths, default=kv_rows.width(state.cache))
@@ -186,9 +201,15 @@ class DiffusionGemmaAdapter:
     def _encode(self, input_ids, full_mask, positions, cache) -> None:
         dummy = torch.empty((*input_ids.shape, 0), dtype=self.model.dtype, device=input_ids.device)
         masks = self.model.model.encoder.create_masks_for_generate(
-            config=self.config, inputs_embeds=dummy, attention_mask=full_mask, past_key_values=cache, position_ids=positions
+            config=self.config,
+            inputs_embeds=dummy,
+            attention_mask=full_mask,
+            past_key_values=cache,
+            position_ids=positions,
         )
-        self._encoder(input_ids=input_ids.contiguous(), attention_mask=masks, past_key_values=cache, position_ids=positions)
+        self._encoder(
+            input_ids=input_ids.contiguous(), attention_mask=masks, past_key_values=cache, position_ids=positions
+        )
         kv_rows.release_views(cache)
 
     def canvas_masks(self, state: ContextState, canvas_length: int) -> dict:
@@ -200,8 +221,15 @@ class DiffusionGemmaAdapter:
         )
 
     @torch.no_grad()
-    def denoise(self, state: ContextState, canvas: torch.Tensor, masks: dict, sc: torch.Tensor | None = None,
-                sc_rows: list[bool] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    def denoise(
+        self,
+        state: ContextState,
+        canvas: torch.Tensor,
+        masks: dict,
+        sc: torch.Tensor | None = None,
+        sc_rows: list[bool] | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """One bidirectional decoder forward over the canvas; returns the raw (pre-softcap) LM-head logits.
 
         `sc` (B, C, V) holds the previous step's temperature-scaled logits; rows with `sc_rows[i]` False
@@ -243,13 +271,24 @@ class DiffusionGemmaAdapter:
         dec = self.model.model.decoder
         text = self.config.text_config
         rotary = {t: dec.rotary_emb(hidden, positions, t) for t in dec.unique_layer_types}
-        for i, layer in enumerate(dec.layers[: text.num_hidden_layers]):
+        for i in range(text.num_hidden_layers):
             t = text.layer_types[i]
-            hidden = self._layer_calls[i](hidden, position_embeddings=rotary[t], attention_mask=masks[t],
-                                          position_ids=positions, past_key_values=cache)
+            hidden = self._layer_calls[i](
+                hidden,
+                position_embeddings=rotary[t],
+                attention_mask=masks[t],
+                position_ids=positions,
+                past_key_values=cache,
+            )
         return dec.norm(hidden)
 
     def describe(self) -> dict[str, Any]:
-        return {"model": self.name, "path": self.path, "dtype": str(self.model.dtype), "device": str(self.device),
-                "canvas_length": self.canvas_length, "vocab_size": self.vocab_size,
-                "parameters": sum(p.numel() for p in self.model.parameters())}
+        return {
+            "model": self.name,
+            "path": self.path,
+            "dtype": str(self.model.dtype),
+            "device": str(self.device),
+            "canvas_length": self.canvas_length,
+            "vocab_size": self.vocab_size,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+        }

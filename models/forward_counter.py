@@ -27,7 +27,7 @@ class ForwardCounter:
     def _hook(self, _module, _args, _kwargs):
         self.count += 1
 
-    def __enter__(self) -> "ForwardCounter":
+    def __enter__(self) -> ForwardCounter:
         self.count = 0
         self._handle = self.module.register_forward_pre_hook(self._hook, with_kwargs=True)
         return self

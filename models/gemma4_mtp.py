@@ -18,7 +18,13 @@ import contextlib
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4TextConfig
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    Gemma4AssistantConfig,
+    Gemma4AssistantForCausalLM,
+    Gemma4TextConfig,
+)
 
 ASSISTANT_MODEL_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 _ATTENTION_CLASSES = ("Gemma4TextAttention", "Gemma4UnifiedTextAttention")
@@ -70,7 +76,9 @@ def export_shared_kv(target: torch.nn.Module) -> list[int]:
     """
     attn = [m for m in target.modules() if type(m).__name__ in _ATTENTION_CLASSES]
     if not attn:
-        raise ValueError(f"{type(target).__name__} has no Gemma 4 text attention layers; an MTP drafter needs a Gemma 4 target")
+        raise ValueError(
+            f"{type(target).__name__} has no Gemma 4 text attention layers; an MTP drafter needs a Gemma 4 target"
+        )
     if any(m.store_full_length_kv for m in attn):
         return [m.layer_idx for m in attn if m.store_full_length_kv]
     last: dict[str, torch.nn.Module] = {}
@@ -96,10 +104,14 @@ def build_tiny_assistant(out_dir: str | Path, target_dir: str | Path, layers: in
     for key in ("per_layer_config", "architectures", "model_type", "transformers_version", "dtype"):
         text.pop(key, None)
     text.update(
-        num_hidden_layers=len(layer_types), layer_types=layer_types, num_kv_shared_layers=len(layer_types),
-        vocab_size_per_layer_input=0, hidden_size_per_layer_input=0,
+        num_hidden_layers=len(layer_types),
+        layer_types=layer_types,
+        num_kv_shared_layers=len(layer_types),
+        vocab_size_per_layer_input=0,
+        hidden_size_per_layer_input=0,
         global_head_dim=target_cfg.per_layer_config[target_cfg.layer_types.index("full_attention")].head_dim
-        if "full_attention" in target_cfg.layer_types else target_cfg.head_dim,
+        if "full_attention" in target_cfg.layer_types
+        else target_cfg.head_dim,
         num_global_key_value_heads=1,
     )
     config = Gemma4AssistantConfig(text_config=Gemma4TextConfig(**text), backbone_hidden_size=target_cfg.hidden_size)

@@ -56,9 +56,11 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         g = _gib
-        return (f"{g(self.total)} GiB peak at {self.phase} for batch_size={self.batch_size}, "
-                f"context {self.context_tokens} tokens (weights {g(self.weights)} + KV cache {g(self.kv_cache)} "
-                f"+ logits {g(self.logits)} + activations {g(self.activations)} GiB)")
+        return (
+            f"{g(self.total)} GiB peak at {self.phase} for batch_size={self.batch_size}, "
+            f"context {self.context_tokens} tokens (weights {g(self.weights)} + KV cache {g(self.kv_cache)} "
+            f"+ logits {g(self.logits)} + activations {g(self.activations)} GiB)"
+        )
 
 
 @dataclass(frozen=True)
@@ -177,8 +179,14 @@ def sliding_storage_tokens(window: int, context_tokens: int, prompt_tokens: int,
     return min(context_tokens, max(prompt_tokens, window - 1 + canvas_length))
 
 
-def kv_cache_bytes(text_config, batch_size: int, context_tokens: int, canvas_length: int, dtype_bytes: int,
-                   prompt_tokens: int | None = None) -> int:
+def kv_cache_bytes(
+    text_config,
+    batch_size: int,
+    context_tokens: int,
+    canvas_length: int,
+    dtype_bytes: int,
+    prompt_tokens: int | None = None,
+) -> int:
     """Peak bytes of the encoder's DynamicCache: full layers hold the whole context, sliding layers
     `sliding_storage_tokens`; `prompt_tokens` defaults to the whole context (the conservative case)."""
     prompt = context_tokens if prompt_tokens is None else prompt_tokens
@@ -200,8 +208,15 @@ def _score_bytes(dtype_bytes: int) -> int:
     return 8 if dtype_bytes == 4 else 2 * dtype_bytes + 4
 
 
-def forward_activation_bytes(text_config, batch_size: int, query_tokens: int, cached_tokens: int, dtype_bytes: int,
-                             attn_implementation: str = "sdpa", sliding_cached_tokens: int | None = None) -> int:
+def forward_activation_bytes(
+    text_config,
+    batch_size: int,
+    query_tokens: int,
+    cached_tokens: int,
+    dtype_bytes: int,
+    attn_implementation: str = "sdpa",
+    sliding_cached_tokens: int | None = None,
+) -> int:
     """Upper bound on the transient bytes of one forward over `query_tokens` per row, `cached_tokens` cached.
 
     Layers run one at a time and free their temporaries, so this is one layer's worst moment (N = B x q rows):
@@ -265,9 +280,18 @@ ROW_LOGITS_BUFFERS = 4
 COMMIT_KV_COPIES = 1.0
 
 
-def estimate_decode_peak(config, batch_size: int, context_tokens: int, canvas_length: int | None, dtype_bytes: int,
-                         logits_factor: float = 1.5, *, prompt_tokens: int | None = None,
-                         attn_implementation: str = "sdpa", parameters: int | None = None) -> MemoryEstimate:
+def estimate_decode_peak(
+    config,
+    batch_size: int,
+    context_tokens: int,
+    canvas_length: int | None,
+    dtype_bytes: int,
+    logits_factor: float = 1.5,
+    *,
+    prompt_tokens: int | None = None,
+    attn_implementation: str = "sdpa",
+    parameters: int | None = None,
+) -> MemoryEstimate:
     """Estimated peak bytes of decoding `batch_size` rows up to `context_tokens` (longest prompt + max new tokens).
 
     Terms (U = one float32 B x C x V tensor, 8 GiB at B=32 for the 26B model):
@@ -332,8 +356,9 @@ def free_memory_bytes(device: str) -> int:
 def _estimator(config, context_tokens, canvas_length, dtype_bytes, estimate_kwargs):
     params = estimate_kwargs.pop("parameters", None)
     params = count_parameters(config) if params is None else params
-    return lambda b: estimate_decode_peak(config, b, context_tokens, canvas_length, dtype_bytes,
-                                          parameters=params, **estimate_kwargs)
+    return lambda b: estimate_decode_peak(
+        config, b, context_tokens, canvas_length, dtype_bytes, parameters=params, **estimate_kwargs
+    )
 
 
 def _largest(estimate, budget: float, max_batch: int) -> int:
@@ -355,14 +380,24 @@ def _too_big(est: MemoryEstimate, free_bytes: int, headroom: float, fits: int, w
     if fits:
         advice = f"The largest batch size that fits is {fits}: set batch_size={fits} (or batch_size=auto)."
     else:
-        advice = (f"Even batch_size=1 does not fit: the weights alone are {_gib(est.weights)} GiB. Use a device "
-                  f"with more memory, a smaller dtype, shard the model (model.device_map), or shorten the context.")
+        advice = (
+            f"Even batch_size=1 does not fit: the weights alone are {_gib(est.weights)} GiB. Use a device "
+            f"with more memory, a smaller dtype, shard the model (model.device_map), or shorten the context."
+        )
     return ValueError(f"{what}: estimated {est.describe()}; that exceeds {budget}. {advice}")
 
 
-def check_batch_fits(config, batch_size: int, context_tokens: int, canvas_length: int | None, dtype_bytes: int,
-                     free_bytes: int, headroom: float = 0.9, max_batch: int | None = None,
-                     **estimate_kwargs: Any) -> MemoryEstimate:
+def check_batch_fits(
+    config,
+    batch_size: int,
+    context_tokens: int,
+    canvas_length: int | None,
+    dtype_bytes: int,
+    free_bytes: int,
+    headroom: float = 0.9,
+    max_batch: int | None = None,
+    **estimate_kwargs: Any,
+) -> MemoryEstimate:
     """Return the estimate if `batch_size` fits in `headroom` x `free_bytes`, else raise a ValueError that
     names batch_size, breaks the estimate down, and gives the largest batch size that fits (or says that
     even batch 1 does not, naming the weights). `estimate_kwargs` go to `estimate_decode_peak`."""
@@ -375,8 +410,16 @@ def check_batch_fits(config, batch_size: int, context_tokens: int, canvas_length
     raise _too_big(est, free_bytes, headroom, fits, f"batch_size={batch_size} does not fit in memory")
 
 
-def largest_batch_that_fits(config, context_tokens: int, canvas_length: int | None, dtype_bytes: int,
-                            free_bytes: int, max_batch: int, headroom: float = 0.9, **estimate_kwargs: Any) -> int:
+def largest_batch_that_fits(
+    config,
+    context_tokens: int,
+    canvas_length: int | None,
+    dtype_bytes: int,
+    free_bytes: int,
+    max_batch: int,
+    headroom: float = 0.9,
+    **estimate_kwargs: Any,
+) -> int:
     """For `batch_size=auto`: the largest batch size <= max_batch whose estimate fits in `headroom` x
     `free_bytes` (binary search; the estimate grows with the batch). Raises the `check_batch_fits` error
     when not even batch 1 fits."""
@@ -390,7 +433,18 @@ def largest_batch_that_fits(config, context_tokens: int, canvas_length: int | No
 
 
 __all__ = [
-    "GIB", "MemoryEstimate", "load_config", "text_config_of", "dtype_bytes_of", "count_parameters",
-    "kv_bytes_per_token", "sliding_storage_tokens", "kv_cache_bytes", "forward_activation_bytes",
-    "estimate_decode_peak", "free_memory_bytes", "check_batch_fits", "largest_batch_that_fits",
+    "GIB",
+    "MemoryEstimate",
+    "load_config",
+    "text_config_of",
+    "dtype_bytes_of",
+    "count_parameters",
+    "kv_bytes_per_token",
+    "sliding_storage_tokens",
+    "kv_cache_bytes",
+    "forward_activation_bytes",
+    "estimate_decode_peak",
+    "free_memory_bytes",
+    "check_batch_fits",
+    "largest_batch_that_fits",
 ]

@@ -39,8 +39,13 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK,
-        additional_special_tokens=SPECIALS[4:], padding_side="left",
+        tokenizer_object=tok,
+        pad_token=PAD,
+        eos_token=EOS,
+        bos_token=BOS,
+        unk_token=UNK,
+        additional_special_tokens=SPECIALS[4:],
+        padding_side="left",
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast
@@ -52,48 +57,103 @@ def vocab_size_for(tokenizer) -> int:
     return (n + 7) // 8 * 8
 
 
+# A one-layer vision tower: `vision_config=None` would silently build the full 167M-parameter default tower.
+TINY_VISION = dict(
+    model_type="gemma4_vision",
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=1,
+    num_key_value_heads=1,
+    head_dim=16,
+    patch_size=4,
+    position_embedding_size=16,
+    pooling_kernel_size=1,
+)
+
+
 def diffusion_config(
-    vocab_size: int, hidden: int = 64, layers: int = 2, heads: int = 2, head_dim: int = 32,
-    intermediate: int = 128, canvas_length: int = 16, num_experts: int = 2, max_position: int = 4096,
+    vocab_size: int,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 2,
+    head_dim: int = 32,
+    intermediate: int = 128,
+    canvas_length: int = 16,
+    num_experts: int = 2,
+    max_position: int = 4096,
     sliding_window: int = 128,
 ) -> DiffusionGemmaConfig:
     """Smallest DiffusionGemma config that builds (see shared/NOTES.md): tiny vision tower, MoE >= 1 expert."""
     layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers - 1)]
     layer_types.append("full_attention")
     text = dict(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-        layer_types=layer_types, num_attention_heads=heads, num_key_value_heads=1, head_dim=head_dim,
-        global_head_dim=head_dim, num_global_key_value_heads=1, num_experts=num_experts, top_k_experts=1,
-        moe_intermediate_size=max(16, intermediate // 4), sliding_window=sliding_window,
-        max_position_embeddings=max_position, pad_token_id=0, eos_token_id=1, bos_token_id=2,
-    )
-    vision = dict(
-        model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=1, num_key_value_heads=1, head_dim=16, patch_size=4,
-        position_embedding_size=16, pooling_kernel_size=1,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        layer_types=layer_types,
+        num_attention_heads=heads,
+        num_key_value_heads=1,
+        head_dim=head_dim,
+        global_head_dim=head_dim,
+        num_global_key_value_heads=1,
+        num_experts=num_experts,
+        top_k_experts=1,
+        moe_intermediate_size=max(16, intermediate // 4),
+        sliding_window=sliding_window,
+        max_position_embeddings=max_position,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
     )
     return DiffusionGemmaConfig(
-        text_config=text, vision_config=vision, canvas_length=canvas_length,
-        boi_token_id=vocab_size - 3, eoi_token_id=vocab_size - 2, image_token_id=vocab_size - 1,
+        text_config=text,
+        vision_config=dict(TINY_VISION),
+        canvas_length=canvas_length,
+        boi_token_id=vocab_size - 3,
+        eoi_token_id=vocab_size - 2,
+        image_token_id=vocab_size - 1,
     )
 
 
-def ar_config(vocab_size: int, hidden: int = 64, layers: int = 2, heads: int = 2, head_dim: int = 32,
-              intermediate: int = 128, max_position: int = 4096) -> Gemma4TextConfig:
+def ar_config(
+    vocab_size: int,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 2,
+    head_dim: int = 32,
+    intermediate: int = 128,
+    max_position: int = 4096,
+) -> Gemma4TextConfig:
     """A small Gemma 4 text (causal) config for the AR baseline and its draft model."""
     layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers - 1)]
     layer_types.append("full_attention")
     return Gemma4TextConfig(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-        layer_types=layer_types, num_attention_heads=heads, num_key_value_heads=1, head_dim=head_dim,
-        global_head_dim=head_dim, num_global_key_value_heads=1, sliding_window=128,
-        max_position_embeddings=max_position, pad_token_id=0, eos_token_id=1, bos_token_id=2,
-        hidden_size_per_layer_input=0, vocab_size_per_layer_input=vocab_size, tie_word_embeddings=True,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        layer_types=layer_types,
+        num_attention_heads=heads,
+        num_key_value_heads=1,
+        head_dim=head_dim,
+        global_head_dim=head_dim,
+        num_global_key_value_heads=1,
+        sliding_window=128,
+        max_position_embeddings=max_position,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        hidden_size_per_layer_input=0,
+        vocab_size_per_layer_input=vocab_size,
+        tie_word_embeddings=True,
     )
 
 
-def build_diffusion(out_dir: str | Path, seed: int = 0, sharpen: float | None = None, vocab_size: int | None = None,
-                    **config_kwargs) -> Path:
+def build_diffusion(
+    out_dir: str | Path, seed: int = 0, sharpen: float | None = None, vocab_size: int | None = None, **config_kwargs
+) -> Path:
     """Save a random tiny DiffusionGemma checkpoint + char tokenizer under `out_dir`.
 
     `vocab_size` above the tokenizer's gives real-size logits (e.g. 262,144 for memory benches); the
@@ -134,7 +194,6 @@ def main() -> None:
         print(build_diffusion(a.out_dir, seed=a.seed, sharpen=a.sharpen, canvas_length=a.canvas_length))
     else:
         print(build_ar(a.out_dir, seed=a.seed))
-
 
 
 def sharpen_to_copy(model: DiffusionGemmaForBlockDiffusion, factor: float = 20.0) -> DiffusionGemmaForBlockDiffusion:

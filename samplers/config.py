@@ -57,21 +57,41 @@ class SamplerConfig:
 
     def validate(self) -> None:
         self._check_types()
-        _require(isinstance(self.max_steps, int) and self.max_steps > 0, "max_steps", f"must be an integer > 0, got {self.max_steps!r}")
-        _require(self.temperature_schedule in TEMPERATURE_SCHEDULES, "temperature_schedule",
-                 f"must be one of {TEMPERATURE_SCHEDULES}, got {self.temperature_schedule!r}")
+        _require(
+            isinstance(self.max_steps, int) and self.max_steps > 0,
+            "max_steps",
+            f"must be an integer > 0, got {self.max_steps!r}",
+        )
+        _require(
+            self.temperature_schedule in TEMPERATURE_SCHEDULES,
+            "temperature_schedule",
+            f"must be one of {TEMPERATURE_SCHEDULES}, got {self.temperature_schedule!r}",
+        )
         _require(0 < self.t_max < math.inf, "t_max", f"must be finite and > 0, got {self.t_max}")
         _require(0 < self.t_min < math.inf, "t_min", f"must be finite and > 0, got {self.t_min}")
         _require(self.t_max >= self.t_min, "t_max", f"must be >= t_min (got t_max={self.t_max} < t_min={self.t_min})")
-        _require(isinstance(self.stability_steps, int) and self.stability_steps >= 0, "stability_steps",
-                 f"must be an integer >= 0, got {self.stability_steps!r}")
-        _require(not self.adaptive_stop or self.stability_steps <= self.max_steps, "stability_steps",
-                 f"must be <= max_steps ({self.max_steps}), else adaptive stop can never fire; got {self.stability_steps}")
+        _require(
+            isinstance(self.stability_steps, int) and self.stability_steps >= 0,
+            "stability_steps",
+            f"must be an integer >= 0, got {self.stability_steps!r}",
+        )
+        _require(
+            not self.adaptive_stop or self.stability_steps <= self.max_steps,
+            "stability_steps",
+            f"must be <= max_steps ({self.max_steps}), else adaptive stop can never fire; got {self.stability_steps}",
+        )
         _require(self.stop_entropy > 0, "stop_entropy", f"must be > 0, got {self.stop_entropy}")
         _require(0.0 <= self.remask_ratio < 1.0, "remask_ratio", f"must be in [0, 1), got {self.remask_ratio}")
-        _require(self.canvas_length is None or (isinstance(self.canvas_length, int) and self.canvas_length > 0),
-                 "canvas_length", f"must be null or an integer > 0, got {self.canvas_length!r}")
-        _require(self.random_stream in RANDOM_STREAMS, "random_stream", f"must be one of {RANDOM_STREAMS}, got {self.random_stream!r}")
+        _require(
+            self.canvas_length is None or (isinstance(self.canvas_length, int) and self.canvas_length > 0),
+            "canvas_length",
+            f"must be null or an integer > 0, got {self.canvas_length!r}",
+        )
+        _require(
+            self.random_stream in RANDOM_STREAMS,
+            "random_stream",
+            f"must be one of {RANDOM_STREAMS}, got {self.random_stream!r}",
+        )
         _require(self.draw in DRAWS, "draw", f"must be one of {DRAWS}, got {self.draw!r}")
 
     def _check_types(self) -> None:
@@ -164,8 +184,11 @@ class ConfidenceTopKConfig(SamplerConfig):
 
     def validate(self) -> None:
         super().validate()
-        _require(self.tokens_per_step is None or (isinstance(self.tokens_per_step, int) and self.tokens_per_step > 0),
-                 "tokens_per_step", f"must be null or an integer > 0, got {self.tokens_per_step!r}")
+        _require(
+            self.tokens_per_step is None or (isinstance(self.tokens_per_step, int) and self.tokens_per_step > 0),
+            "tokens_per_step",
+            f"must be null or an integer > 0, got {self.tokens_per_step!r}",
+        )
 
     def accept(self, draw: StepDraw, step: torch.Tensor) -> torch.Tensor:
         import torch

@@ -57,7 +57,8 @@ def rows_per_block(vocab: int, canvas: int, device: torch.device | str = "cpu") 
 
 
 class _Workspace(threading.local):
-    """Per-thread reused block buffers: fresh multi-MB allocations page-fault on every call and cost more than the maths."""
+    """Per-thread reused block buffers: fresh multi-MB allocations page-fault on every call and cost more than
+    the maths."""
 
     def __init__(self) -> None:
         self.shape: tuple[int, int] | None = None
@@ -80,8 +81,9 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     """Block workers, one intra-op thread each: no per-op barrier across cores, so a core busy with another
     process slows one worker instead of stalling every op (2-thread OpenMP ops were ~20x slower under load)."""
     if workers not in _POOLS:
-        _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fast_draw",
-                                             initializer=torch.set_num_threads, initargs=(1,))
+        _POOLS[workers] = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="fast_draw", initializer=torch.set_num_threads, initargs=(1,)
+        )
     return _POOLS[workers]
 
 
@@ -113,7 +115,8 @@ def _reduce_block(
 
 
 def _gather_chunk(x: torch.Tensor, chunk: torch.Tensor, k: int, fill: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, K) values of chunk `chunk[n]` of each row of x (N, V) (the ragged tail padded with `fill`), and their token ids."""
+    """(N, K) values of chunk `chunk[n]` of each row of x (N, V) (the ragged tail padded with `fill`), and their
+    token ids."""
     n, v = x.shape
     ids = chunk[:, None] * k + torch.arange(k, device=x.device)[None, :]
     valid = ids < v

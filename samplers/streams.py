@@ -51,11 +51,15 @@ def _bits(seed: torch.Tensor, canvas: torch.Tensor, step: torch.Tensor, width: i
     return mix64(h[:, None] + (pos[None, :] + 1) * GOLDEN)
 
 
-def uniforms(seed: torch.Tensor, canvas: torch.Tensor, step: torch.Tensor, width: int, stream: int = SAMPLE) -> torch.Tensor:
+def uniforms(
+    seed: torch.Tensor, canvas: torch.Tensor, step: torch.Tensor, width: int, stream: int = SAMPLE
+) -> torch.Tensor:
     """(B, width) float64 uniforms in [0, 1) with 53 random bits each."""
     return _shr(_bits(seed, canvas, step, width, stream), 11).double() * (2.0**-53)
 
 
-def tokens(seed: torch.Tensor, canvas: torch.Tensor, step: torch.Tensor, width: int, vocab: int, stream: int) -> torch.Tensor:
+def tokens(
+    seed: torch.Tensor, canvas: torch.Tensor, step: torch.Tensor, width: int, vocab: int, stream: int
+) -> torch.Tensor:
     """(B, width) int64 tokens uniform over [0, vocab) (modulo bias below 2**-40 for any real vocabulary)."""
     return torch.remainder(_shr(_bits(seed, canvas, step, width, stream), 1), vocab)

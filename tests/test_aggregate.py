@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from contract.records import GenerationResult
 from harness.aggregate import collect, find_run_dirs, summarize
-from harness.records import GenerationResult
 from harness.store import ResultStore
 from tests.helpers.runs import make_run_dir, make_sweep
 
@@ -68,8 +68,13 @@ def test_summary_files_round_trip(tmp_path):
 
 def test_cli(tmp_path):
     sweep = make_sweep(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "harness.aggregate", str(sweep), "--out", str(tmp_path / "summary")],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "harness.aggregate", str(sweep), "--out", str(tmp_path / "summary")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "incomplete run" in out.stdout and "crashed" in out.stdout
     table_text = out.stdout.split("\n\n")[0]

@@ -8,7 +8,9 @@ from harness import api
 
 
 def test_load_and_generate_from_local_folder(tiny_diffusion_dir):
-    dec = api.load_decoder(str(tiny_diffusion_dir), max_steps=2, model_kwargs={"dtype": "float32", "eos_token_ids": [1]})
+    dec = api.load_decoder(
+        str(tiny_diffusion_dir), max_steps=2, model_kwargs={"dtype": "float32", "eos_token_ids": [1]}
+    )
     res = api.generate(dec, ["hello", [{"role": "user", "content": "hi"}]], max_new_tokens=8)
     assert len(res) == 2 and all(r.nfe == 2 and r.num_tokens > 0 for r in res)
     again = api.generate(dec, ["hello", [{"role": "user", "content": "hi"}]], max_new_tokens=8)
@@ -16,7 +18,9 @@ def test_load_and_generate_from_local_folder(tiny_diffusion_dir):
 
 
 def test_decoder_from_config_matches_cli_composition(tiny_diffusion_dir):
-    dec = api.decoder_from_config([f"model.path={tiny_diffusion_dir}", "sampler=confidence_topk", "sampler.max_steps=3"])
+    dec = api.decoder_from_config(
+        [f"model.path={tiny_diffusion_dir}", "sampler=confidence_topk", "sampler.max_steps=3"]
+    )
     assert dec.sampler.name == "confidence_topk" and dec.sampler.max_steps == 3
     assert dec.model.path == str(tiny_diffusion_dir)
 

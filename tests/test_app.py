@@ -21,29 +21,38 @@ def app_args(tiny_diffusion_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("app")
     prompts = out / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"prompt number {i}"}) + "\n" for i in range(10)))
-    return out, [f"model.path={tiny_diffusion_dir}", f"eval.path={prompts}", "eval.max_new_tokens=16",
-                 "sampler.max_steps=3", f"hydra.run.dir={out}/run", f"hydra.sweep.dir={out}/sweep"]
+    return out, [
+        f"model.path={tiny_diffusion_dir}",
+        f"eval.path={prompts}",
+        "eval.max_new_tokens=16",
+        "sampler.max_steps=3",
+        f"hydra.run.dir={out}/run",
+        f"hydra.sweep.dir={out}/sweep",
+    ]
 
 
-@pytest.mark.parametrize("override,key", [
-    ("sampler.entropy_bound=-1", "sampler.entropy_bound"),
-    ("sampler.entropy_bound=0", "sampler.entropy_bound"),
-    ("sampler.t_max=0.1", "sampler.t_max"),
-    ("sampler.max_steps=0", "sampler.max_steps"),
-    ("sampler.max_steps=abc", "sampler.max_steps"),
-    ("sampler.stepz=3", "stepz"),
-    ("sampler=nonexistent", "nonexistent"),
-    ("model.path=no/such/dir", "model.path"),
-    ("model.path=", "model.path"),
-    ("eval.path=missing.jsonl", "eval.path"),
-    ("resume=no", "resume"),
-    ("seed=1.5", "seed"),
-    ("batch_size=0", "batch_size"),
-    ("batch_size=1.5", "batch_size"),
-    ("eval.stop_strings=['']", "eval.stop_strings"),
-    ("eval.max_new_tokens=0", "eval.max_new_tokens"),
-    ("sampler.t_max=inf", "sampler.t_max"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("sampler.entropy_bound=-1", "sampler.entropy_bound"),
+        ("sampler.entropy_bound=0", "sampler.entropy_bound"),
+        ("sampler.t_max=0.1", "sampler.t_max"),
+        ("sampler.max_steps=0", "sampler.max_steps"),
+        ("sampler.max_steps=abc", "sampler.max_steps"),
+        ("sampler.stepz=3", "stepz"),
+        ("sampler=nonexistent", "nonexistent"),
+        ("model.path=no/such/dir", "model.path"),
+        ("model.path=", "model.path"),
+        ("eval.path=missing.jsonl", "eval.path"),
+        ("resume=no", "resume"),
+        ("seed=1.5", "seed"),
+        ("batch_size=0", "batch_size"),
+        ("batch_size=1.5", "batch_size"),
+        ("eval.stop_strings=['']", "eval.stop_strings"),
+        ("eval.max_new_tokens=0", "eval.max_new_tokens"),
+        ("sampler.t_max=inf", "sampler.t_max"),
+    ],
+)
 def test_bad_config_fails_before_model_loads(override, key, tmp_path):
     t0 = time.perf_counter()
     proc = run_app(override, f"hydra.run.dir={tmp_path}/run", check=False, timeout=120)
@@ -82,8 +91,13 @@ def test_killed_run_resumes_exactly_once_with_same_metrics(app_args, tmp_path):
     clean = json.loads((tmp_path / "clean" / "metrics.json").read_text())
 
     crash_dir = tmp_path / "crash"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.run", *base, f"hydra.run.dir={crash_dir}"],
-                            cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.run", *base, f"hydra.run.dir={crash_dir}"],
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     samples = crash_dir / "samples.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and (not samples.exists() or len(samples.read_text().splitlines()) < 3):
@@ -99,5 +113,8 @@ def test_killed_run_resumes_exactly_once_with_same_metrics(app_args, tmp_path):
     resumed = json.loads((crash_dir / "metrics.json").read_text())
     for key in ("num_tokens", "nfe", "tpf", "num_samples", "mean_steps_per_canvas"):
         assert resumed[key] == clean[key]
-    clean_rows = {json.loads(line)["sample_id"]: json.loads(line)["token_ids"] for line in (tmp_path / "clean" / "samples.jsonl").read_text().splitlines()}
+    clean_rows = {
+        json.loads(line)["sample_id"]: json.loads(line)["token_ids"]
+        for line in (tmp_path / "clean" / "samples.jsonl").read_text().splitlines()
+    }
     assert {r["sample_id"]: r["token_ids"] for r in rows} == clean_rows

@@ -1,4 +1,5 @@
-"""AR baselines (models.ar) on tiny local Gemma 4 checkpoints: outputs vs `transformers.generate`, NFE vs hand counts."""
+"""AR baselines (models.ar) on tiny local Gemma 4 checkpoints: outputs vs `transformers.generate`, NFE vs hand
+counts."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Gemma4ForCausalLM
 
-from harness.records import GenerationRequest
-from models.base import Decoder, cut_at_stop
+from contract.decoding import Decoder
+from contract.records import GenerationRequest
+from contract.text import cut_at_stop
 
 N = 16  # max new tokens in most tests
 PROMPTS = ["hello world", "The answer is", "12+7=", "a"]
@@ -47,15 +49,18 @@ def multimodal_ar_dir(tmp_path_factory):
     """A tiny `Gemma4ForConditionalGeneration`: the class the released gemma-4-26B-A4B-it loads as."""
     from transformers import Gemma4Config, Gemma4ForConditionalGeneration
 
-    from models.tiny import ar_config, char_tokenizer, vocab_size_for
+    from models.tiny import TINY_VISION, ar_config, char_tokenizer, vocab_size_for
 
     tok = char_tokenizer()
     v = vocab_size_for(tok)
-    vision = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                  num_attention_heads=1, num_key_value_heads=1, head_dim=16, patch_size=4,
-                  position_embedding_size=16, pooling_kernel_size=1)
-    config = Gemma4Config(text_config=ar_config(v).to_dict(), vision_config=vision, audio_config=None,
-                          boi_token_id=v - 3, eoi_token_id=v - 2, image_token_id=v - 1)
+    config = Gemma4Config(
+        text_config=ar_config(v).to_dict(),
+        vision_config=dict(TINY_VISION),
+        audio_config=None,
+        boi_token_id=v - 3,
+        eoi_token_id=v - 2,
+        image_token_id=v - 1,
+    )
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("tiny_multimodal_ar")
     Gemma4ForConditionalGeneration(config).save_pretrained(out)
@@ -80,7 +85,7 @@ def hf_greedy(dec, prompts, n, eos):
     enc = tok(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
     assert tok.padding_side == "left"
     out = dec.model.generate(**enc, max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=tok.pad_token_id)
-    return out[:, enc["input_ids"].shape[1]:].tolist()
+    return out[:, enc["input_ids"].shape[1] :].tolist()
 
 
 def first_cut(tokens, eos):
@@ -101,7 +106,7 @@ def test_is_a_decoder(ar):
 
 
 def test_greedy_batch1_equals_generate(ar):
-    for i, p in enumerate(PROMPTS):
+    for p in PROMPTS:
         [res] = ar.generate(requests(ar, [p]))
         ref = first_cut(hf_greedy(ar, [p], N, ar.eos_ids)[0], ar.eos_ids)
         assert res.token_ids == ref, p
@@ -143,7 +148,9 @@ def test_stop_strings_cut_like_cut_at_stop_and_stop_early(ar):
     assert stop and len(stop) == 2
     [res] = ar.generate(requests(ar, [PROMPTS[0]], n=24, stops=[stop]))
     ids, cut_text, reason = cut_at_stop(ar.tokenizer, full.token_ids, set(ar.eos_ids), [stop])
-    assert (res.token_ids, res.text, res.finished_by) == (ids, cut_text, reason) == (ids, text[: text.find(stop)], "stop")
+    assert (
+        (res.token_ids, res.text, res.finished_by) == (ids, cut_text, reason) == (ids, text[: text.find(stop)], "stop")
+    )
     # decoding stopped at the token that completed the stop string (char tokenizer: one char per token)
     hand = next(n for n in range(1, 25) if stop in ar.tokenizer.decode(full.token_ids[:n]))
     assert res.nfe == hand < full.nfe
@@ -207,7 +214,7 @@ def reference_speculative(target, draft, prompt, n, k, eos):
                 if cand[-1] in eos:
                     break
             c = len(cand) - len(seq)
-            picks = target(torch.tensor([cand])).logits[0, len(seq) - 1:].argmax(-1).tolist()  # one target forward
+            picks = target(torch.tensor([cand])).logits[0, len(seq) - 1 :].argmax(-1).tolist()  # one target forward
             m = 0
             while m < c and cand[len(seq) + m] == picks[m]:
                 m += 1
@@ -218,7 +225,7 @@ def reference_speculative(target, draft, prompt, n, k, eos):
             per_step.append(len(new))
             if hit:
                 break
-    return seq[len(prompt):], per_step
+    return seq[len(prompt) :], per_step
 
 
 @pytest.mark.parametrize("k", [1, 3])
@@ -249,7 +256,9 @@ def test_assisted_stop_string_and_sampling(ar_dir, near_draft_dir, ar):
     stop = full.text[6:8]
     dec = assisted(ar_dir, near_draft_dir, num_assistant_tokens=3)
     [res] = dec.generate(requests(dec, [PROMPTS[0]], n=24, stops=[stop]))
-    assert (res.token_ids, res.text, res.finished_by) == cut_at_stop(ar.tokenizer, full.token_ids, set(ar.eos_ids), [stop])
+    assert (res.token_ids, res.text, res.finished_by) == cut_at_stop(
+        ar.tokenizer, full.token_ids, set(ar.eos_ids), [stop]
+    )
     assert res.nfe < full.nfe
     samp = assisted(ar_dir, near_draft_dir, num_assistant_tokens=3, do_sample=True, temperature=1.0)
     a = samp.generate(requests(samp, [PROMPTS[1]], seed=3))[0]

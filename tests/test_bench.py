@@ -11,16 +11,24 @@ from bench import decode_loop, eval_throughput, gpu_check, sampler_step
 
 
 def test_sampler_step_bench_tiny(tmp_path):
-    payload = sampler_step.run([1, 2], canvas=8, vocab=300, repeats=1, warmup=1, threads=None, out_dir=str(tmp_path),
-                               quiet=True, fused=False)
+    payload = sampler_step.run(
+        [1, 2], canvas=8, vocab=300, repeats=1, warmup=1, threads=None, out_dir=str(tmp_path), quiet=True, fused=False
+    )
     saved = json.loads((tmp_path / "sampler_step.json").read_text())
     assert saved["rows"] == json.loads(json.dumps(payload["rows"]))
     assert [r["batch"] for r in saved["rows"]] == [1, 2]
     for row in saved["rows"]:
         assert row["argmax_equal"] is True and row["argmax_agree_ours"] == 1.0
         assert row["max_abs_entropy_diff"] < 1e-5 and row["max_abs_confidence_diff"] < 1e-5  # vs float64 maths
-        for key in ("reference_s", "ours_s", "copy_s", "ours_net_s", "ratio_of_medians", "median_round_ratio",
-                    "net_ratio_of_medians"):
+        for key in (
+            "reference_s",
+            "ours_s",
+            "copy_s",
+            "ours_net_s",
+            "ratio_of_medians",
+            "median_round_ratio",
+            "net_ratio_of_medians",
+        ):
             assert row[key] > 0, key
         # ours = refill + step, so the step alone is cheaper, and the ratios follow from the medians
         assert row["ours_net_s"] <= row["ours_s"]
@@ -35,14 +43,16 @@ def _fused_runs_here() -> bool:
     return sampler_step.fused_status("cpu") is None
 
 
-needs_fused = pytest.mark.skipif(not _fused_runs_here(),
-                                 reason="the fused kernel needs CUDA or TRITON_INTERPRET=1 (conftest sets it)")
+needs_fused = pytest.mark.skipif(
+    not _fused_runs_here(), reason="the fused kernel needs CUDA or TRITON_INTERPRET=1 (conftest sets it)"
+)
 
 
 @needs_fused
 def test_sampler_step_bench_runs_the_fused_kernel_under_the_interpreter(tmp_path):
-    payload = sampler_step.run([2], canvas=8, vocab=300, repeats=1, warmup=1, threads=None, out_dir=str(tmp_path),
-                               quiet=True, fused=True)
+    payload = sampler_step.run(
+        [2], canvas=8, vocab=300, repeats=1, warmup=1, threads=None, out_dir=str(tmp_path), quiet=True, fused=True
+    )
     row = payload["rows"][0]
     assert row["fused_skipped"] is None
     assert row["argmax_agree_fused"] == 1.0 and row["argmax_agree_ours"] == 1.0
@@ -71,6 +81,7 @@ def test_engine_step_is_the_decode_engines_step():
 
     def direct(x, t, cap, u):
         return draw_fast(x, u)
+
     out = engine_step(step.cfg, direct, x, step.temperature, None, step.keys, canvas, step.history, 300)
     assert torch.equal(new, out.canvas)
     noise = streams.tokens(step.keys[0], step.keys[1], step.keys[2], 8, 300, streams.RENOISE)
@@ -200,8 +211,9 @@ def test_full_config_is_the_26b_a4b_shape():
 
 @pytest.mark.slow
 def test_decode_loop_bench_matches_generate_in_reference_mode(tmp_path, medium_diffusion_dir):
-    payload = decode_loop.run([2], repeats=1, threads=None, model_path=str(medium_diffusion_dir), out_dir=str(tmp_path),
-                              quiet=True)
+    payload = decode_loop.run(
+        [2], repeats=1, threads=None, model_path=str(medium_diffusion_dir), out_dir=str(tmp_path), quiet=True
+    )
     row = payload["rows"][0]
     assert row["same_outputs_reference_mode"] is True
     assert row["nfe_reference_mode"] == row["ours_reference_nfe"] == row["generate_nfe"] > 0  # NFE parity too
@@ -212,8 +224,9 @@ def test_decode_loop_bench_matches_generate_in_reference_mode(tmp_path, medium_d
 
 
 def test_eval_throughput_bench_tiny(tmp_path, medium_diffusion_dir):
-    payload = eval_throughput.run([1, 2], samples=2, threads=None, out_dir=str(tmp_path),
-                                  model_path=str(medium_diffusion_dir), quiet=True)
+    payload = eval_throughput.run(
+        [1, 2], samples=2, threads=None, out_dir=str(tmp_path), model_path=str(medium_diffusion_dir), quiet=True
+    )
     assert payload["model"].startswith("checkpoint")
     assert [r["batch"] for r in payload["rows"]] == [1, 2]
     for row in payload["rows"]:
@@ -233,5 +246,10 @@ def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_
     assert benches == {"sampler_step", "decode_loop", "sudoku_throughput", "engine_memory", "engine_overhead"}
     assert all(r["ratio"] > 0 for r in payload["rows"] if r["bench"] != "engine_overhead")  # that one has no reference
     assert "ratio = reference wall / ours" in capsys.readouterr().out
-    assert {p.name for p in tmp_path.iterdir()} >= {"summary.json", "sampler_step.json", "decode_loop.json",
-                                                    "eval_throughput.json", "engine.json"}
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "summary.json",
+        "sampler_step.json",
+        "decode_loop.json",
+        "eval_throughput.json",
+        "engine.json",
+    }

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from contract.records import GenerationRequest
 from harness.decode import BlockDiffusionDecoder
-from harness.records import GenerationRequest
 from samplers.config import EntropyBoundConfig
 
 PROMPTS = ["hello wo", "abcdefgh", "12345678", "qwertyui"]
@@ -18,7 +18,7 @@ def _generate_hf(adapter, ids, seed, max_new_tokens, **kw):
     out = adapter.model.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=1, pad_token_id=0, **kw)
     rows = []
     for i in range(ids.shape[0]):
-        new = out.sequences[i, ids.shape[1]:].tolist()
+        new = out.sequences[i, ids.shape[1] :].tolist()
         rows.append(([t for t in new if t != 0], float(out.tokens_per_forward[i])))
     return rows
 
@@ -26,7 +26,9 @@ def _generate_hf(adapter, ids, seed, max_new_tokens, **kw):
 def _generate_ours(adapter, ids, seed, max_new_tokens, **knobs):
     torch.manual_seed(seed)
     dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig(random_stream="reference", draw="exact", **knobs))
-    reqs = [GenerationRequest(str(i), ids[i].tolist(), seed=0, max_new_tokens=max_new_tokens) for i in range(ids.shape[0])]
+    reqs = [
+        GenerationRequest(str(i), ids[i].tolist(), seed=0, max_new_tokens=max_new_tokens) for i in range(ids.shape[0])
+    ]
     return dec.generate(reqs)
 
 
@@ -55,8 +57,16 @@ def test_reference_mode_matches_generate_with_knobs(adapter_factory, medium_diff
     ids = torch.tensor([adapter.tokenizer(p).input_ids for p in PROMPTS[:2]])
     from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
 
-    hf = _generate_hf(adapter, ids, 7, 24, max_denoising_steps=10, t_max=1.0, t_min=0.2,
-                      sampler_config=EntropyBoundSamplerConfig(entropy_bound=0.5))
+    hf = _generate_hf(
+        adapter,
+        ids,
+        7,
+        24,
+        max_denoising_steps=10,
+        t_max=1.0,
+        t_min=0.2,
+        sampler_config=EntropyBoundSamplerConfig(entropy_bound=0.5),
+    )
     ours = _generate_ours(adapter, ids, 7, 24, max_steps=10, t_max=1.0, t_min=0.2, entropy_bound=0.5)
     assert [r.token_ids for r in ours] == [h[0] for h in hf]
     assert [r.tpf for r in ours] == pytest.approx([h[1] for h in hf])
@@ -69,7 +79,9 @@ def test_per_sample_mode_is_batch_invariant(adapter_factory, medium_diffusion_di
         pytest.importorskip("samplers.fast_draw")
     adapter = adapter_factory(medium_diffusion_dir)
     prompts = ["hi", "a longer prompt here", "mid size", "x"]
-    reqs = [GenerationRequest(f"s{i}", adapter.encode(p), seed=100 + i, max_new_tokens=24) for i, p in enumerate(prompts)]
+    reqs = [
+        GenerationRequest(f"s{i}", adapter.encode(p), seed=100 + i, max_new_tokens=24) for i, p in enumerate(prompts)
+    ]
     dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig(draw=draw))
     together = dec.generate(reqs)
     alone = [dec.generate([r])[0] for r in reqs]

@@ -8,13 +8,25 @@ import bisect
 import pytest
 import torch
 
+from contract.records import GenerationRequest, decode_metrics
 from harness.decode import BlockDiffusionDecoder, sampler_step
-from harness.records import GenerationRequest, decode_metrics
 from samplers import streams
 from samplers.config import ConfidenceTopKConfig, EntropyBoundConfig
 
-PROMPTS = ["hi", "a longer prompt here", "mid size", "x", "0123456789abcdef", "zz top", "q", "lorem ipsum dolor",
-           "abc", "the end is near", "k", "yet another prompt"]
+PROMPTS = [
+    "hi",
+    "a longer prompt here",
+    "mid size",
+    "x",
+    "0123456789abcdef",
+    "zz top",
+    "q",
+    "lorem ipsum dolor",
+    "abc",
+    "the end is near",
+    "k",
+    "yet another prompt",
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,20 +38,32 @@ def windowed_dir(tmp_path_factory):
     return build_diffusion(tmp_path_factory.mktemp("windowed"), seed=3, sharpen=8.0, canvas_length=8, sliding_window=6)
 
 
-def _requests(adapter, n=len(PROMPTS)):
+def _requests(adapter, n=None):
     # 1-3 canvases each (canvas 8), so rows commit at different moments and leave at different moments
-    return [GenerationRequest(f"s{i}", adapter.encode(p), seed=1000 + i, max_new_tokens=8 * (1 + i % 3))
-            for i, p in enumerate(PROMPTS[:n])]
+    return [
+        GenerationRequest(f"s{i}", adapter.encode(p), seed=1000 + i, max_new_tokens=8 * (1 + i % 3))
+        for i, p in enumerate(PROMPTS[:n])
+    ]
 
 
 def _key(res):
-    return (res.token_ids, res.nfe, res.steps_per_canvas, res.accepted_per_step, res.step_cap_hits, res.encoder_forwards)
+    return (
+        res.token_ids,
+        res.nfe,
+        res.steps_per_canvas,
+        res.accepted_per_step,
+        res.step_cap_hits,
+        res.encoder_forwards,
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["medium_diffusion_dir", "windowed_dir"])
-@pytest.mark.parametrize("sampler", [EntropyBoundConfig(), ConfidenceTopKConfig(max_steps=6, remask_ratio=0.2)],
-                         ids=["entropy_bound", "topk_remask"])
+@pytest.mark.parametrize(
+    "sampler",
+    [EntropyBoundConfig(), ConfidenceTopKConfig(max_steps=6, remask_ratio=0.2)],
+    ids=["entropy_bound", "topk_remask"],
+)
 def test_outputs_identical_alone_batched_refilled_and_resumed(request, adapter_factory, fixture, sampler):
     adapter = adapter_factory(request.getfixturevalue(fixture))
     dec = BlockDiffusionDecoder(adapter, sampler)
@@ -76,6 +100,7 @@ def test_results_stream_out_as_they_finish_and_every_row_works(adapter_factory, 
 
 def test_random_streams_are_a_pure_function_of_their_key():
     """splitmix64 on int64 tensors equals the textbook unsigned version; keys in any order give the same numbers."""
+
     def splitmix(x):
         m = (1 << 64) - 1
         x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & m
@@ -93,8 +118,10 @@ def test_random_streams_are_a_pure_function_of_their_key():
     t = streams.tokens(seed, canvas, step, 4096, 10, streams.RENOISE)
     counts = torch.bincount(t.flatten(), minlength=10).double()
     assert t.min() >= 0 and t.max() < 10 and (counts / counts.mean() - 1).abs().max() < 0.1
-    assert not torch.equal(streams.tokens(seed, canvas, step, 16, 10, streams.INIT),
-                           streams.tokens(seed, canvas, step, 16, 10, streams.RENOISE))
+    assert not torch.equal(
+        streams.tokens(seed, canvas, step, 16, 10, streams.INIT),
+        streams.tokens(seed, canvas, step, 16, 10, streams.RENOISE),
+    )
 
 
 def _syncs_outside_forward(dec, reqs, batch_size):
@@ -108,6 +135,7 @@ def _syncs_outside_forward(dec, reqs, batch_size):
         def call(*a, **k):
             with record_function(f"model::{name}"):
                 return fn(*a, **k)
+
         return call
 
     for name, fn in inner.items():
@@ -126,8 +154,7 @@ def _syncs_outside_forward(dec, reqs, batch_size):
         i = bisect.bisect_right(starts, e.time_range.start) - 1
         return i >= 0 and e.time_range.end <= spans[i][1]
 
-    syncs = [e for e in events if e.name == "aten::_local_scalar_dense"
-             and not inside_model(e)]
+    syncs = [e for e in events if e.name == "aten::_local_scalar_dense" and not inside_model(e)]
     steps = sum(1 for e in events if e.name == "model::denoise")
     return len(syncs) / steps, results
 

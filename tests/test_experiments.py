@@ -15,8 +15,14 @@ EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_runs_as_quick_multirun(experiment, tmp_path):
-    run_app(f"experiment={experiment}", "eval.num_puzzles=3", "batch_size=3",
-            f"hydra.sweep.dir={tmp_path}", "hydra.callbacks={}", timeout=600)
+    run_app(
+        f"experiment={experiment}",
+        "eval.num_puzzles=3",
+        "batch_size=3",
+        f"hydra.sweep.dir={tmp_path}",
+        "hydra.callbacks={}",
+        timeout=600,
+    )
     metrics = [json.loads(p.read_text()) for p in Path(tmp_path).glob("*/metrics.json")]
     assert metrics, f"{experiment} produced no finished run"
     for m in metrics:
@@ -36,15 +42,25 @@ def test_experiment_values_override_the_main_config():
     assert cfg.model.name == "sudoku6_diffusion" and cfg.sampler.name == "confidence_topk"
 
 
-@pytest.mark.parametrize("overrides,prefix", [
-    ([], "tiny_diffusion__entropy_bound__prompts__s0__"),
-    (["sampler.max_steps=8", "sampler.entropy_bound=0.3"], "tiny_diffusion__entropy_bound-n8-b0.3__prompts__s0__"),
-    (["sampler=confidence_topk", "sampler.tokens_per_step=3"], "tiny_diffusion__confidence_topk-k3__prompts__s0__"),
-    (["sampler=confidence_threshold", "sampler.t_max=1.0", "sampler.stop_entropy=0.01", "sampler.remask_ratio=0.1",
-      "sampler.capture_trajectory=true"],
-     "tiny_diffusion__confidence_threshold-tmax1.0-stop_entropy0.01-rm0.1__prompts__s0__"),
-    (["model=sudoku6_ar", "eval=sudoku6", "seed=3"], "sudoku6_ar__sudoku6__s3__"),
-])
+@pytest.mark.parametrize(
+    "overrides,prefix",
+    [
+        ([], "tiny_diffusion__entropy_bound__prompts__s0__"),
+        (["sampler.max_steps=8", "sampler.entropy_bound=0.3"], "tiny_diffusion__entropy_bound-n8-b0.3__prompts__s0__"),
+        (["sampler=confidence_topk", "sampler.tokens_per_step=3"], "tiny_diffusion__confidence_topk-k3__prompts__s0__"),
+        (
+            [
+                "sampler=confidence_threshold",
+                "sampler.t_max=1.0",
+                "sampler.stop_entropy=0.01",
+                "sampler.remask_ratio=0.1",
+                "sampler.capture_trajectory=true",
+            ],
+            "tiny_diffusion__confidence_threshold-tmax1.0-stop_entropy0.01-rm0.1__prompts__s0__",
+        ),
+        (["model=sudoku6_ar", "eval=sudoku6", "seed=3"], "sudoku6_ar__sudoku6__s3__"),
+    ],
+)
 def test_run_names_keep_their_spelling(overrides, prefix):
     """Run-dir names are resume keys: the knob spellings (samplers.knobs) must never change."""
     from hydra import compose, initialize_config_dir
@@ -93,8 +109,14 @@ def test_debug_runs_a_handful_in_one_batch_without_logger():
 
 
 def test_local_settings_feed_wandb_and_slurm():
-    cfg = _compose("local=example", "local.wandb_entity=team", "local.slurm_account=acct", "logger=wandb",
-                   "hydra/launcher=slurm", "+hydra.job.env_set.HF_HOME=/data/hf")
+    cfg = _compose(
+        "local=example",
+        "local.wandb_entity=team",
+        "local.slurm_account=acct",
+        "logger=wandb",
+        "hydra/launcher=slurm",
+        "+hydra.job.env_set.HF_HOME=/data/hf",
+    )
     assert cfg.logger.entity == "team" and cfg.hydra.launcher.account == "acct"
     assert cfg.hydra.launcher.partition is None and cfg.hydra.job.env_set.HF_HOME == "/data/hf"
     if not (REPO / "conf/local/default.yaml").exists():  # a machine without local settings: nothing set

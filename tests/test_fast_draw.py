@@ -68,7 +68,9 @@ def test_zero_probability_tokens_are_never_drawn():
     assert _chi2(counts[[0, 9, 36]], torch.softmax(row[[0, 9, 36]], -1)) < 13.8  # df=2, p=1e-3
 
 
-@pytest.mark.parametrize("shape,scale", [((3, 16, 64), 3.0), ((2, 8, 300), 10.0), ((1, 5, 7), 0.1), ((2, 4, 4096), 25.0)])
+@pytest.mark.parametrize(
+    "shape,scale", [((3, 16, 64), 3.0), ((2, 8, 300), 10.0), ((1, 5, 7), 0.1), ((2, 4, 4096), 25.0)]
+)
 def test_argmax_entropy_confidence_and_samples_match_draw_exact(shape, scale):
     logits = torch.randn(*shape, generator=torch.Generator().manual_seed(0)) * scale
     u = _u(shape[:2], 0)

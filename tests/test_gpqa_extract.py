@@ -31,10 +31,13 @@ def test_closed_think_tags_and_choice_text_fallback():
     assert got["strict-match"] == "[invalid]"
 
 
-@pytest.mark.parametrize("reply", [
-    f"{GEMMA_OPEN}The answer is (A). Let me double-check the mole fractions of",
-    "<think>So the answer is (C) probably, but",
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        f"{GEMMA_OPEN}The answer is (A). Let me double-check the mole fractions of",
+        "<think>So the answer is (C) probably, but",
+    ],
+)
 def test_unclosed_thought_gives_no_answer(reply):
     split = split_thoughts(reply)
     assert split.unclosed and split.has_thought and split.answer == ""

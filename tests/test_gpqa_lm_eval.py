@@ -33,7 +33,9 @@ def test_seeded_shuffle_is_reproducible(tmp_path):
     assert a == a2  # same seed, same order (also after a different seed ran in between: no cache replay)
     assert a != b  # another seed reorders some question
     rows = [json.loads(line) for line in DATA.read_text().splitlines()]
-    assert [sorted(c) for c in a] == [sorted([r["Correct Answer"]] + [r[f"Incorrect Answer {i}"] for i in (1, 2, 3)]) for r in rows]
+    assert [sorted(c) for c in a] == [
+        sorted([r["Correct Answer"]] + [r[f"Incorrect Answer {i}"] for i in (1, 2, 3)]) for r in rows
+    ]
 
 
 def test_bad_inputs_fail_before_any_model(tmp_path):
@@ -108,8 +110,10 @@ def test_loglikelihood_is_refused(tiny_diffusion_dir, adapter_factory, tmp_path)
     from harness.decode import BlockDiffusionDecoder
     from samplers.config import EntropyBoundConfig
 
-    lm = DecoderLM(BlockDiffusionDecoder(adapter_factory(tiny_diffusion_dir), EntropyBoundConfig(max_steps=2)),
-                   ResultStore(tmp_path))
+    lm = DecoderLM(
+        BlockDiffusionDecoder(adapter_factory(tiny_diffusion_dir), EntropyBoundConfig(max_steps=2)),
+        ResultStore(tmp_path),
+    )
     for fn in (lm.loglikelihood, lm.loglikelihood_rolling):
         with pytest.raises(NotImplementedError, match="use generative tasks"):
             fn([])

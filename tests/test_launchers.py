@@ -26,13 +26,13 @@ from harness.store import read_metrics, read_samples
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 
-APP = '''
+APP = """
 import os
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
-from harness.records import GenerationResult, decode_metrics
+from contract.records import GenerationResult, decode_metrics
 from harness.store import ResultStore
 
 
@@ -59,9 +59,9 @@ def main(cfg):
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
-APP_CONFIG = '''
+APP_CONFIG = """
 defaults:
   - logger: wandb
   - _self_
@@ -76,7 +76,7 @@ hydra:
     sweep_summary:
       _target_: harness.callbacks.SweepSummary
       group: ${sweep_name}
-'''
+"""
 
 
 def offline_env(home: Path) -> dict[str, str]:
@@ -99,8 +99,14 @@ def make_app(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_submitit_local_sweep_with_wandb_and_sweep_summary(tmp_path):
     app = make_app(tmp_path)
-    out = subprocess.run([sys.executable, "app.py", "-m", "hydra/launcher=local", "bound=0.1,0.5"], cwd=app,
-                         env=offline_env(tmp_path / "home"), capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "app.py", "-m", "hydra/launcher=local", "bound=0.1,0.5"],
+        cwd=app,
+        env=offline_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     sweep = app / "sweeps" / "toy_sweep"
     assert sorted(p.name for p in (sweep / ".submitit").iterdir() if p.name != "%j")  # submitit job folders
@@ -154,9 +160,16 @@ def test_slurm_launcher_yaml_makes_a_gpu_sbatch_script(tmp_path):
 
     app = make_app(tmp_path)
     with initialize_config_dir(str(app / "conf"), version_base="1.3"):
-        cfg = compose("config", return_hydra_config=True,
-                      overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.job.name=harness",
-                                 f"hydra.sweep.dir={tmp_path}/sweep"])
+        cfg = compose(
+            "config",
+            return_hydra_config=True,
+            overrides=[
+                "hydra/launcher=slurm",
+                "hydra.launcher.partition=gpu",
+                "hydra.job.name=harness",
+                f"hydra.sweep.dir={tmp_path}/sweep",
+            ],
+        )
     HydraConfig.instance().set_config(cfg)
     launcher = instantiate(cfg.hydra.launcher)
     assert type(launcher).__name__ == "SlurmLauncher"
@@ -171,17 +184,30 @@ def test_slurm_launcher_yaml_makes_a_gpu_sbatch_script(tmp_path):
     os.environ["PATH"] = f"{bin_dir}{os.pathsep}{old_path}"
     try:
         # as in hydra_submitit_launcher.submitit_launcher.BaseSubmititLauncher.launch
-        executor = submitit.AutoExecutor(folder=params["submitit_folder"], cluster="slurm",
-                                         slurm_max_num_timeout=params["max_num_timeout"])
+        executor = submitit.AutoExecutor(
+            folder=params["submitit_folder"], cluster="slurm", slurm_max_num_timeout=params["max_num_timeout"]
+        )
         base = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()
-                                      if k not in ("submitit_folder", "max_num_timeout")})
+        executor.update_parameters(
+            **{
+                k if k in base else f"slurm_{k}": v
+                for k, v in params.items()
+                if k not in ("submitit_folder", "max_num_timeout")
+            }
+        )
         script = executor._executor._make_submission_file_text("python -m harness.run", "uid")
     finally:
         os.environ["PATH"] = old_path
-    for line in ("#SBATCH --gpus-per-node=1", "#SBATCH --partition=gpu", "#SBATCH --time=240", "#SBATCH --mem=64GB",
-                 "#SBATCH --cpus-per-task=8", "#SBATCH --ntasks-per-node=1", "#SBATCH --job-name=harness",
-                 "#SBATCH --signal=USR2@120"):
+    for line in (
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=240",
+        "#SBATCH --mem=64GB",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --job-name=harness",
+        "#SBATCH --signal=USR2@120",
+    ):
         assert line in script, script
 
 
@@ -197,14 +223,28 @@ def test_joblib_launcher_yaml_composes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (REPO / "outputs" / "tiny" / "diffusion" / "config.json").exists(),
-                    reason="tiny checkpoint not built (make tiny-models)")
+@pytest.mark.skipif(
+    not (REPO / "outputs" / "tiny" / "diffusion" / "config.json").exists(),
+    reason="tiny checkpoint not built (make tiny-models)",
+)
 def test_real_app_two_job_sweep_through_submitit_local(tmp_path):
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "harness.run", "-m", "hydra/launcher=local", "model=tiny_diffusion", "eval=prompts",
-           "seed=0,1", "eval.limit=1", "eval.max_new_tokens=8", "sampler.max_steps=4",
-           "sampler.capture_trajectory=true", "sweep_name=launcher_test",
-           f"hydra.sweep.dir={sweep}"]  # the sweep-summary callback is in conf/hydra
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.run",
+        "-m",
+        "hydra/launcher=local",
+        "model=tiny_diffusion",
+        "eval=prompts",
+        "seed=0,1",
+        "eval.limit=1",
+        "eval.max_new_tokens=8",
+        "sampler.max_steps=4",
+        "sampler.capture_trajectory=true",
+        "sweep_name=launcher_test",
+        f"hydra.sweep.dir={sweep}",
+    ]  # the sweep-summary callback is in conf/hydra
     out = subprocess.run(cmd, cwd=REPO, env=offline_env(tmp_path / "home"), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     runs = sorted(p.parent for p in sweep.glob("*/metrics.json"))

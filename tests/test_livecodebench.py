@@ -41,6 +41,7 @@ def grader():
 
 # -- data --------------------------------------------------------------------------------------------
 
+
 def test_release_selection_matches_the_official_loader():
     assert release_files("release_v1") == ["test.jsonl"]
     assert release_files("release_v3") == ["test.jsonl", "test2.jsonl", "test3.jsonl"]
@@ -88,6 +89,7 @@ def test_release_and_date_window(problems):
 
 # -- prompts and comparison ----------------------------------------------------------------------------
 
+
 def test_prompt_format_with_and_without_starter_code(problems):
     msgs = build_prompt(problems["fx_pairs"])
     assert msgs[0] == {"role": "system", "content": SYSTEM_MESSAGE}
@@ -122,25 +124,32 @@ def test_stdout_comparison_rules():
 
 # -- grading -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.sandbox
-@pytest.mark.parametrize("qid, code, status", [
-    ("fx_sum_max", mf.SUM_OK, "passed"),
-    ("fx_sum_max", mf.SUM_WRONG, "wrong_answer"),
-    ("fx_sum_max", "while True:\n    pass\n", "timeout"),
-    ("fx_sum_max", "import time\ntime.sleep(3)\n", "timeout"),
-    ("fx_sum_max", "raise ValueError('boom')\n", "runtime_error"),
-    ("fx_sum_max", "def broken(:\n", "compile_error"),
-    ("fx_sum_max", "", "no_code"),
-    ("fx_halves", mf.HALVES_OK, "passed"),
-    ("fx_halves", mf.HALVES_CRASH, "runtime_error"),
-    ("fx_pairs", mf.PAIRS_OK, "passed"),
-    ("fx_pairs", "class Solution:\n    def countPairs(self, nums, target):\n        return -1\n", "wrong_answer"),
-    ("fx_pairs", mf.PAIRS_SLOW, "timeout"),
-    ("fx_pairs", "class Solution:\n    def countPairs(self, nums, target):\n        return nums[99]\n",
-     "runtime_error"),
-    ("fx_pairs", "class Solution:\n    def wrongName(self, nums, target):\n        return 2\n", "runtime_error"),
-    ("fx_pairs", "import sys\nsys.exit(0)\n", "runtime_error"),
-])
+@pytest.mark.parametrize(
+    "qid, code, status",
+    [
+        ("fx_sum_max", mf.SUM_OK, "passed"),
+        ("fx_sum_max", mf.SUM_WRONG, "wrong_answer"),
+        ("fx_sum_max", "while True:\n    pass\n", "timeout"),
+        ("fx_sum_max", "import time\ntime.sleep(3)\n", "timeout"),
+        ("fx_sum_max", "raise ValueError('boom')\n", "runtime_error"),
+        ("fx_sum_max", "def broken(:\n", "compile_error"),
+        ("fx_sum_max", "", "no_code"),
+        ("fx_halves", mf.HALVES_OK, "passed"),
+        ("fx_halves", mf.HALVES_CRASH, "runtime_error"),
+        ("fx_pairs", mf.PAIRS_OK, "passed"),
+        ("fx_pairs", "class Solution:\n    def countPairs(self, nums, target):\n        return -1\n", "wrong_answer"),
+        ("fx_pairs", mf.PAIRS_SLOW, "timeout"),
+        (
+            "fx_pairs",
+            "class Solution:\n    def countPairs(self, nums, target):\n        return nums[99]\n",
+            "runtime_error",
+        ),
+        ("fx_pairs", "class Solution:\n    def wrongName(self, nums, target):\n        return 2\n", "runtime_error"),
+        ("fx_pairs", "import sys\nsys.exit(0)\n", "runtime_error"),
+    ],
+)
 def test_grading_outcomes(problems, grader, qid, code, status):
     res = grader.grade(problems[qid], code)
     assert res.status == status, res
@@ -158,20 +167,33 @@ def test_functional_tuples_count_as_lists(grader):
 
     from evals.livecodebench.data import Problem, TestCase
 
-    p = Problem("fx_tuple", "t", "c", "leetcode", "c", datetime(2024, 1, 1), "", "easy",
-                [TestCase("3", "[3, 4]", "functional")], [], {"func_name": "pair"})
+    p = Problem(
+        "fx_tuple",
+        "t",
+        "c",
+        "leetcode",
+        "c",
+        datetime(2024, 1, 1),
+        "",
+        "easy",
+        [TestCase("3", "[3, 4]", "functional")],
+        [],
+        {"func_name": "pair"},
+    )
     assert grader.grade(p, "class Solution:\n    def pair(self, n):\n        return (n, n + 1)\n").passed
 
 
 @pytest.mark.sandbox
 def test_all_tests_run_without_early_stop(problems):
     res = Grader(GradingConfig(timeout_s=1.0, stop_at_first_failure=False)).grade(
-        problems["fx_sum_max"], "n = int(input())\nprint(5)\nprint(5)\n")
+        problems["fx_sum_max"], "n = int(input())\nprint(5)\nprint(5)\n"
+    )
     assert [t.status for t in res.tests] == ["wrong_answer", "passed", "wrong_answer", "wrong_answer"]
     assert res.num_passed == 1 and res.status == "wrong_answer"
 
 
 # -- pass@k --------------------------------------------------------------------------------------------
+
 
 def test_pass_at_k_estimator():
     assert pass_at_k(2, 1, 1) == 0.5
@@ -183,6 +205,7 @@ def test_pass_at_k_estimator():
 
 
 # -- eval and CLI --------------------------------------------------------------------------------------
+
 
 @pytest.mark.sandbox
 def test_eval_from_hydra_config_scores_end_to_end():
@@ -206,9 +229,27 @@ def test_eval_from_hydra_config_scores_end_to_end():
 def test_grade_cli_on_fixture(tmp_path):
     out = tmp_path / "graded.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "evals.livecodebench.grade", "--problems", str(FIX), "--candidates",
-         str(FIX / "candidates.jsonl"), "--out", str(out), "--timeout", "1", "--k", "1,2", "--jobs", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=100,
+        [
+            sys.executable,
+            "-m",
+            "evals.livecodebench.grade",
+            "--problems",
+            str(FIX),
+            "--candidates",
+            str(FIX / "candidates.jsonl"),
+            "--out",
+            str(out),
+            "--timeout",
+            "1",
+            "--k",
+            "1,2",
+            "--jobs",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
     )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
@@ -220,6 +261,7 @@ def test_grade_cli_on_fixture(tmp_path):
 
 def test_fixture_files_match_their_generator():
     """The committed fixtures are what make_fixtures.py writes (keeps the compressed data reviewable)."""
-    assert [json.loads(line)["question_id"] for line in (FIX / "test.jsonl").read_text().splitlines()] == \
-        [r["question_id"] for r in mf.ROWS_V1]
+    assert [json.loads(line)["question_id"] for line in (FIX / "test.jsonl").read_text().splitlines()] == [
+        r["question_id"] for r in mf.ROWS_V1
+    ]
     assert len(read_jsonl(FIX / "test2.jsonl")) == len(mf.ROWS_V2)

@@ -30,39 +30,49 @@ from models.memory import (
     largest_batch_that_fits,
     text_config_of,
 )
-from models.tiny import ar_config, diffusion_config
+from models.tiny import TINY_VISION, ar_config, diffusion_config
 
-TINY_VISION = dict(
-    model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=1,
-    num_key_value_heads=1, head_dim=16, patch_size=4, position_embedding_size=16, pooling_kernel_size=1,
-)
 WINDOW = 24
 
 
 def small_config(hidden: int = 64, canvas: int = 16, vocab: int = 512) -> DiffusionGemmaConfig:
     """5 layers (3 sliding, 2 full), GQA 4:2 with head 16 on sliding layers, 4:1 with head 64 on full layers."""
     text = dict(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=5,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=5,
         layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=64, num_global_key_value_heads=1,
-        num_experts=4, top_k_experts=2, moe_intermediate_size=hidden // 2, sliding_window=WINDOW,
-        pad_token_id=0, eos_token_id=1, bos_token_id=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        global_head_dim=64,
+        num_global_key_value_heads=1,
+        num_experts=4,
+        top_k_experts=2,
+        moe_intermediate_size=hidden // 2,
+        sliding_window=WINDOW,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
     )
-    return DiffusionGemmaConfig(text_config=text, vision_config=TINY_VISION, canvas_length=canvas,
-                                boi_token_id=vocab - 3, eoi_token_id=vocab - 2, image_token_id=vocab - 1)
+    return DiffusionGemmaConfig(
+        text_config=text,
+        vision_config=TINY_VISION,
+        canvas_length=canvas,
+        boi_token_id=vocab - 3,
+        eoi_token_id=vocab - 2,
+        image_token_id=vocab - 1,
+    )
 
 
 def config_26b_shape() -> DiffusionGemmaConfig:
     """The text tower of google/diffusiongemma-26B-A4B-it as the brief and bench/gpu_check.py give it (Gemma 4 26B
     A4B: 30 layers 5 sliding : 1 full, 128 experts top-8). Not read from the checkpoint's config.json (no network
     here): a plausibility check only. The default Gemma 4 vision tower (~0.17B) stands in for the real one."""
-    text = dict(
-        vocab_size=262_144, hidden_size=2816, intermediate_size=2112, num_hidden_layers=30,
-        layer_types=["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(30)],
-        num_attention_heads=16, num_key_value_heads=8, head_dim=256, global_head_dim=512,
-        num_global_key_value_heads=2, num_experts=128, top_k_experts=8, moe_intermediate_size=704,
-        sliding_window=1024, max_position_embeddings=262_144,
-    )
+    from bench.gpu_check import FULL_TEXT
+
+    text = {**FULL_TEXT, "layer_types": ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(30)]}
     return DiffusionGemmaConfig(text_config=text, canvas_length=256)
 
 
@@ -117,8 +127,12 @@ def _tiny_model(cfg, dtype=torch.float32, attn="sdpa"):
 
 
 def _storage_bytes(cache, full: bool) -> int:
-    return sum(t.untyped_storage().nbytes() for layer in cache.layers if layer.is_sliding != full
-               for t in (layer.keys, layer.values))
+    return sum(
+        t.untyped_storage().nbytes()
+        for layer in cache.layers
+        if layer.is_sliding != full
+        for t in (layer.keys, layer.values)
+    )
 
 
 # ---------------------------------------------------------------------------------------------- parameters
@@ -219,8 +233,8 @@ def test_activation_allowance_bounds_measured_forwards(attn, dtype):
 def test_estimate_bounds_the_real_engine():
     """The whole decode engine (harness.decode, continuous batching, self-conditioning, fast draw) on a real small
     model whose logits dominate: the measured peak of everything but the weights stays under the estimate."""
+    from contract.records import GenerationRequest
     from harness.decode import BlockDiffusionDecoder
-    from harness.records import GenerationRequest
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from models.tiny import char_tokenizer
     from samplers.config import EntropyBoundConfig
@@ -250,8 +264,9 @@ def test_estimate_terms_and_phases(big):
     # a long prompt makes the prefill (B x P tokens through the MoE at once) the peak; eager adds its scores
     long = estimate_decode_peak(cfg, 8, 4096, 256, 2, prompt_tokens=3840, parameters=params)
     assert long.phase == "prefill" and long.total > e.total
-    eager = estimate_decode_peak(cfg, 8, 4096, 256, 2, prompt_tokens=3840, parameters=params,
-                                 attn_implementation="eager")
+    eager = estimate_decode_peak(
+        cfg, 8, 4096, 256, 2, prompt_tokens=3840, parameters=params, attn_implementation="eager"
+    )
     scores = 8 * 16 * 3840 * 3840 * (2 * 2 + 4)  # B x heads x P x P: bf16 scores, float32 softmax, bf16 cast
     assert eager.activations > max(scores, long.activations)
     assert "GiB peak at" in e.describe() and "batch_size=8" in e.describe()

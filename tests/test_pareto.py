@@ -79,10 +79,12 @@ def test_steps_histogram_marks_the_cap():
 
 
 def test_canvas_evolution_marks_changed_tokens():
-    traj = [{"canvas": 0, "step": 0, "argmax": [5, 6, 7], "mean_entropy": 2.0},
-            {"canvas": 0, "step": 1, "argmax": [5, 1, 7], "mean_entropy": 1.0},
-            {"canvas": 1, "step": 0, "argmax": [5, 1, 7], "mean_entropy": 3.0},
-            {"canvas": 1, "step": 1, "argmax": [5, 1, 2], "mean_entropy": 0.5}]
+    traj = [
+        {"canvas": 0, "step": 0, "argmax": [5, 6, 7], "mean_entropy": 2.0},
+        {"canvas": 0, "step": 1, "argmax": [5, 1, 7], "mean_entropy": 1.0},
+        {"canvas": 1, "step": 0, "argmax": [5, 1, 7], "mean_entropy": 3.0},
+        {"canvas": 1, "step": 1, "argmax": [5, 1, 2], "mean_entropy": 0.5},
+    ]
     fig = canvas_evolution_figure({"trajectory": traj}, "t")
     img = fig.axes[0].images[0].get_array()
     assert np.asarray(img).tolist() == [[1, 1, 1], [0, 1, 0], [1, 1, 1], [0, 0, 1]]
@@ -96,8 +98,13 @@ def test_make_report_writes_every_figure(tmp_path):
     sweep = make_sweep(tmp_path)
     report = make_report([sweep], tmp_path / "plots")
     names = {p.relative_to(tmp_path / "plots").as_posix() for p in report.files}
-    for stem in ("pareto_prompts_tpf", "pareto_prompts_tokens_per_second", "runs/b0.05_steps", "runs/b0.5_steps",
-                 "runs/b0.05_canvas_q0"):
+    for stem in (
+        "pareto_prompts_tpf",
+        "pareto_prompts_tokens_per_second",
+        "runs/b0.05_steps",
+        "runs/b0.5_steps",
+        "runs/b0.05_canvas_q0",
+    ):
         assert {f"{stem}.png", f"{stem}.svg"} <= names
     assert not any(n.startswith(("runs/ar_", "runs/b0.1_canvas")) for n in names)  # no steps for AR, no trajectory
     assert all(p.stat().st_size > 1000 for p in report.files if p.suffix in (".png", ".svg"))
@@ -115,10 +122,20 @@ def test_plot_labels_spell_knobs_as_run_names():
     from harness.pareto import point_label
     from samplers.knobs import label_part, run_name_part
 
-    row = pd.Series({"label": "diffusion", "sampler.max_steps": 8, "sampler.entropy_bound": 0.3,
-                     "sampler.remask_ratio": 0.1, "sampler.stop_entropy": np.nan})
+    row = pd.Series(
+        {
+            "label": "diffusion",
+            "sampler.max_steps": 8,
+            "sampler.entropy_bound": 0.3,
+            "sampler.remask_ratio": 0.1,
+            "sampler.stop_entropy": np.nan,
+        }
+    )
     knobs = ["sampler.max_steps", "sampler.entropy_bound", "sampler.remask_ratio", "sampler.stop_entropy"]
     assert point_label(row, knobs) == "n=8 b=0.3 rm=0.1"
     assert [run_name_part(k, v) for k, v in (("max_steps", 8), ("entropy_bound", 0.3), ("stop_entropy", 0.01))] == [
-        "n8", "b0.3", "stop_entropy0.01"]
+        "n8",
+        "b0.3",
+        "stop_entropy0.01",
+    ]
     assert label_part("threshold", 0.90) == "thr=0.9"

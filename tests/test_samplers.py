@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from contract.records import GenerationRequest
 from harness.decode import BlockDiffusionDecoder
-from harness.records import GenerationRequest
 from samplers.config import (
     ConfidenceThresholdConfig,
     ConfidenceTopKConfig,
@@ -20,15 +20,22 @@ from samplers.draw import StepDraw
 
 def _decode(adapter, cfg, prompts=("hello", "world", "12 34"), max_new_tokens=16, seed=0):
     dec = BlockDiffusionDecoder(adapter, cfg)
-    reqs = [GenerationRequest(f"s{i}", adapter.encode(p), seed=seed + i, max_new_tokens=max_new_tokens) for i, p in enumerate(prompts)]
+    reqs = [
+        GenerationRequest(f"s{i}", adapter.encode(p), seed=seed + i, max_new_tokens=max_new_tokens)
+        for i, p in enumerate(prompts)
+    ]
     return dec.generate(reqs)
 
 
 def _draw(entropy=None, confidence=None):
     t = torch.as_tensor(entropy if entropy is not None else confidence, dtype=torch.float32)
     zeros = torch.zeros_like(t, dtype=torch.long)
-    return StepDraw(zeros, zeros, t if entropy is not None else torch.zeros_like(t),
-                    torch.as_tensor(confidence, dtype=torch.float32) if confidence is not None else torch.zeros_like(t))
+    return StepDraw(
+        zeros,
+        zeros,
+        t if entropy is not None else torch.zeros_like(t),
+        torch.as_tensor(confidence, dtype=torch.float32) if confidence is not None else torch.zeros_like(t),
+    )
 
 
 def test_entropy_bound_accepts_longest_low_entropy_prefix():
@@ -36,10 +43,14 @@ def test_entropy_bound_accepts_longest_low_entropy_prefix():
     # sorted: 0.0, 0.02, 0.05, 0.3, 1.0 -> cumsum - max: 0, 0, 0.02, 0.07, 0.37 -> first four accepted
     keep = cfg.accept(_draw(entropy=[[0.3, 0.0, 1.0, 0.05, 0.02]]), torch.tensor([0]))
     assert keep.tolist() == [[True, True, False, True, True]]
-    keep = EntropyBoundConfig(entropy_bound=0.05).accept(_draw(entropy=[[0.3, 0.0, 1.0, 0.05, 0.02]]), torch.tensor([0]))
+    keep = EntropyBoundConfig(entropy_bound=0.05).accept(
+        _draw(entropy=[[0.3, 0.0, 1.0, 0.05, 0.02]]), torch.tensor([0])
+    )
     assert keep.tolist() == [[False, True, False, True, True]]
     # the lowest-entropy token is always accepted, even above the bound
-    assert EntropyBoundConfig(entropy_bound=0.1).accept(_draw(entropy=[[5.0, 6.0]]), torch.tensor([0])).tolist() == [[True, False]]
+    assert EntropyBoundConfig(entropy_bound=0.1).accept(_draw(entropy=[[5.0, 6.0]]), torch.tensor([0])).tolist() == [
+        [True, False]
+    ]
 
 
 def test_confidence_topk_schedule_grows_by_k_per_step():
@@ -113,7 +124,9 @@ def test_remask_zero_never_renoises_accepted_and_positive_does(adapter_factory, 
     assert acc_rm < acc_base
 
 
-@pytest.mark.parametrize("cfg", [ConfidenceTopKConfig(max_steps=8), ConfidenceThresholdConfig(max_steps=8, threshold=0.5)])
+@pytest.mark.parametrize(
+    "cfg", [ConfidenceTopKConfig(max_steps=8), ConfidenceThresholdConfig(max_steps=8, threshold=0.5)]
+)
 def test_confidence_samplers_decode(adapter_factory, medium_diffusion_dir, cfg):
     res = _decode(adapter_factory(medium_diffusion_dir), cfg)
     assert all(r.num_tokens > 0 and 0 < r.nfe <= 8 * len(r.steps_per_canvas) for r in res)
@@ -132,7 +145,9 @@ def test_self_conditioning_switch_changes_the_computation(adapter_factory, mediu
 
 
 def test_canvas_length_override(adapter_factory, tiny_diffusion_dir):
-    res = _decode(adapter_factory(tiny_diffusion_dir), EntropyBoundConfig(max_steps=3, canvas_length=4), max_new_tokens=12)
+    res = _decode(
+        adapter_factory(tiny_diffusion_dir), EntropyBoundConfig(max_steps=3, canvas_length=4), max_new_tokens=12
+    )
     for r in res:
         assert len(r.steps_per_canvas) == 3 or r.finished_by == "eos"
         assert all(a + n == 4 for c_a, c_n in zip(r.accepted_per_step, r.renoised_per_step) for a, n in zip(c_a, c_n))
@@ -151,13 +166,22 @@ def test_trajectory_capture(adapter_factory, medium_diffusion_dir):
         assert all(len(t["argmax"]) == 8 and t["mean_entropy"] >= 0 for t in r.trajectory)
 
 
-@pytest.mark.parametrize("kwargs,key", [
-    ({"entropy_bound": 0.0}, "entropy_bound"), ({"entropy_bound": -1.0}, "entropy_bound"),
-    ({"t_max": 0.3, "t_min": 0.5}, "t_max"), ({"max_steps": 0}, "max_steps"), ({"max_steps": 2.5}, "max_steps"),
-    ({"temperature_schedule": "exp"}, "temperature_schedule"), ({"remask_ratio": 1.0}, "remask_ratio"),
-    ({"random_stream": "global"}, "random_stream"), ({"entropy_bound": "high"}, "entropy_bound"),
-    ({"t_max": float("inf")}, "t_max"), ({"max_steps": 2, "stability_steps": 3}, "stability_steps"),
-])
+@pytest.mark.parametrize(
+    "kwargs,key",
+    [
+        ({"entropy_bound": 0.0}, "entropy_bound"),
+        ({"entropy_bound": -1.0}, "entropy_bound"),
+        ({"t_max": 0.3, "t_min": 0.5}, "t_max"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"max_steps": 2.5}, "max_steps"),
+        ({"temperature_schedule": "exp"}, "temperature_schedule"),
+        ({"remask_ratio": 1.0}, "remask_ratio"),
+        ({"random_stream": "global"}, "random_stream"),
+        ({"entropy_bound": "high"}, "entropy_bound"),
+        ({"t_max": float("inf")}, "t_max"),
+        ({"max_steps": 2, "stability_steps": 3}, "stability_steps"),
+    ],
+)
 def test_bad_sampler_values_name_the_key(kwargs, key):
     with pytest.raises(SamplerConfigError, match=f"sampler.{key}"):
         EntropyBoundConfig(**kwargs)

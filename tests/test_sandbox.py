@@ -16,9 +16,11 @@ pytestmark = pytest.mark.timeout(60)
 pytestmark = [pytestmark, pytest.mark.sandbox]
 HAVE_BWRAP = shutil.which("bwrap") is not None
 IS_ROOT = os.geteuid() == 0
-LEVELS = [pytest.param("bwrap", marks=pytest.mark.skipif(not HAVE_BWRAP, reason="apt-get install -y bubblewrap")),
-          pytest.param("unshare", marks=pytest.mark.skipif(not IS_ROOT, reason="unshare level needs root")),
-          "process"]
+LEVELS = [
+    pytest.param("bwrap", marks=pytest.mark.skipif(not HAVE_BWRAP, reason="apt-get install -y bubblewrap")),
+    pytest.param("unshare", marks=pytest.mark.skipif(not IS_ROOT, reason="unshare level needs root")),
+    "process",
+]
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -33,8 +35,10 @@ def test_runs_a_program_with_stdin_and_reports_its_level(level):
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_wall_limit_kills_and_daemons_die(level):
-    prog = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
-            "    os._exit(0)\ntime.sleep(60)\n")
+    prog = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
+        "    os._exit(0)\ntime.sleep(60)\n"
+    )
     t0 = time.monotonic()
     res = Sandbox(Limits(wall_s=1.0), isolation=level).run({"main.py": prog}, "main.py")
     assert res.timed_out and res.returncode is None
@@ -64,8 +68,10 @@ def test_stop_when_ends_the_run_early():
 
 
 def test_rlimits_apply():
-    prog = ("import resource as r\nprint(r.getrlimit(r.RLIMIT_CPU)[0], r.getrlimit(r.RLIMIT_AS)[0] >> 20, "
-            "r.getrlimit(r.RLIMIT_FSIZE)[0] >> 20, r.getrlimit(r.RLIMIT_NPROC)[0])\n")
+    prog = (
+        "import resource as r\nprint(r.getrlimit(r.RLIMIT_CPU)[0], r.getrlimit(r.RLIMIT_AS)[0] >> 20, "
+        "r.getrlimit(r.RLIMIT_FSIZE)[0] >> 20, r.getrlimit(r.RLIMIT_NPROC)[0])\n"
+    )
     res = Sandbox(Limits(cpu_s=3, memory_mb=512, file_size_mb=2, max_processes=9)).run({"m.py": prog}, "m.py")
     assert res.stdout.split() == [b"3", b"512", b"2", b"9"]
 
@@ -73,12 +79,18 @@ def test_rlimits_apply():
 @pytest.mark.skipif(not IS_ROOT, reason="per-run uids are leased only when the grader is root")
 def test_concurrent_runs_have_separate_process_budgets():
     """A fork-hungry run must not eat another run's RLIMIT_NPROC budget."""
-    prog = ("import os, time\nn = 0\nfor _ in range(12):\n    try:\n        pid = os.fork()\n    except OSError:\n"
-            "        break\n    if pid == 0:\n        time.sleep(2)\n        os._exit(0)\n    n += 1\n"
-            "print(n)\ntime.sleep(1)\n")
+    prog = (
+        "import os, time\nn = 0\nfor _ in range(12):\n    try:\n        pid = os.fork()\n    except OSError:\n"
+        "        break\n    if pid == 0:\n        time.sleep(2)\n        os._exit(0)\n    n += 1\n"
+        "print(n)\ntime.sleep(1)\n"
+    )
     outs = []
-    runs = [threading.Thread(target=lambda: outs.append(
-        Sandbox(Limits(wall_s=15, max_processes=20)).run({"m.py": prog}, "m.py").stdout)) for _ in range(3)]
+    runs = [
+        threading.Thread(
+            target=lambda: outs.append(Sandbox(Limits(wall_s=15, max_processes=20)).run({"m.py": prog}, "m.py").stdout)
+        )
+        for _ in range(3)
+    ]
     for t in runs:
         t.start()
     for t in runs:

@@ -34,8 +34,9 @@ ANSWER = "print(7)\nprint(4)\n"  # the correct output for SUM's single test
 
 
 def stdin_problem(qid: str, test_input: str, output: str) -> Problem:
-    return Problem(qid, "t", "c", "atcoder", "c", datetime(2024, 1, 1), "", "easy",
-                   [TestCase(test_input, output, "stdin")], [], {})
+    return Problem(
+        qid, "t", "c", "atcoder", "c", datetime(2024, 1, 1), "", "easy", [TestCase(test_input, output, "stdin")], [], {}
+    )
 
 
 SUM = stdin_problem("adv_sum", "2\n3 4\n", "7\n4\n")
@@ -131,7 +132,7 @@ HOSTILE = {
     ),
     "monkeypatch_checker": (
         "import builtins, json, sys\n"
-        "json.dumps = lambda *a, **k: '{\"i\": 0, \"status\": \"ok\", \"out\": \"7\\\\n4\\\\n\"}'\n"
+        'json.dumps = lambda *a, **k: \'{"i": 0, "status": "ok", "out": "7\\\\n4\\\\n"}\'\n'
         "json.loads = lambda *a, **k: {'i': 0, 'status': 'ok', 'out': '7\\n4\\n', 't': 0}\n"
         "builtins.print = lambda *a, **k: None\n"
         "for p in ('/code/driver.py', '/code/tests.json'):\n"

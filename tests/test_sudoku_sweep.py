@@ -14,8 +14,17 @@ pytestmark = pytest.mark.slow
 
 def test_sweep_on_shipped_model_shows_the_tradeoff(tmp_path):
     assert (REPO / "models/checkpoints/sudoku6_diffusion/model.safetensors").exists()
-    run_app("-m", "model=sudoku6_diffusion", "eval=sudoku6", "eval.num_puzzles=100", "batch_size=100",
-            "sampler.max_steps=4,48", "sampler.entropy_bound=0.1,20.0", f"hydra.sweep.dir={tmp_path}", timeout=600)
+    run_app(
+        "-m",
+        "model=sudoku6_diffusion",
+        "eval=sudoku6",
+        "eval.num_puzzles=100",
+        "batch_size=100",
+        "sampler.max_steps=4,48",
+        "sampler.entropy_bound=0.1,20.0",
+        f"hydra.sweep.dir={tmp_path}",
+        timeout=600,
+    )
     runs = {}
     for p in Path(tmp_path).glob("*/metrics.json"):
         m = json.loads(p.read_text())

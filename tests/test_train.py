@@ -14,9 +14,22 @@ TINY = ModelShape(hidden=32, layers=2, heads=2, head_dim=16, intermediate=64, nu
 
 
 def _cfg(tmp_path, kind: str) -> TrainConfig:
-    return TrainConfig(kind=kind, out_dir=str(tmp_path / kind), size=4, steps=4, batch_size=8, warmup_steps=1,
-                       curriculum_start=[4, 8], curriculum_end=[6, 10], model=TINY, threads=1, log_every=1,
-                       save_every=2, eval_every=0, fresh_per_batch=1)
+    return TrainConfig(
+        kind=kind,
+        out_dir=str(tmp_path / kind),
+        size=4,
+        steps=4,
+        batch_size=8,
+        warmup_steps=1,
+        curriculum_start=[4, 8],
+        curriculum_end=[6, 10],
+        model=TINY,
+        threads=1,
+        log_every=1,
+        save_every=2,
+        eval_every=0,
+        fresh_per_batch=1,
+    )
 
 
 @pytest.mark.parametrize("kind", ["diffusion", "ar"])
@@ -79,13 +92,38 @@ def test_entry_point_composes_a_recipe_from_any_directory(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "ckpt"
-    args = ["train=sudoku6_ar", "size=4", "steps=2", "batch_size=4", "warmup_steps=1", "curriculum_start=[4,8]",
-            "curriculum_end=[6,10]", "fresh_per_batch=1", "threads=1", "log_every=1", "save_every=2", "eval_every=2",
-            "eval_puzzles=3", "eval_blanks=[4,6]", "model.hidden=32", "model.layers=1", "model.heads=2",
-            "model.head_dim=16", "model.intermediate=64", f"out_dir={out}", f"hydra.run.dir={tmp_path}/hydra"]
+    args = [
+        "train=sudoku6_ar",
+        "size=4",
+        "steps=2",
+        "batch_size=4",
+        "warmup_steps=1",
+        "curriculum_start=[4,8]",
+        "curriculum_end=[6,10]",
+        "fresh_per_batch=1",
+        "threads=1",
+        "log_every=1",
+        "save_every=2",
+        "eval_every=2",
+        "eval_puzzles=3",
+        "eval_blanks=[4,6]",
+        "model.hidden=32",
+        "model.layers=1",
+        "model.heads=2",
+        "model.head_dim=16",
+        "model.intermediate=64",
+        f"out_dir={out}",
+        f"hydra.run.dir={tmp_path}/hydra",
+    ]
     env = {**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "evals.sudoku.train", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "evals.sudoku.train", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cfg, final = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
     assert cfg["kind"] == "ar" and cfg["size"] == 4 and cfg["model"]["intermediate"] == 64 and final["step"] == 2

@@ -428,15 +428,17 @@ def test_engine_step_fused_matches_torch_sampling():
 @pytest.mark.slow
 def test_engine_with_the_fused_kernel_is_batch_invariant(adapter_factory, medium_diffusion_dir):
     """draw=fused end to end (kernel in the interpreter): batch 1 vs a refilled batch of 3, identical samples."""
+    from contract.records import GenerationRequest
     from harness.decode import BlockDiffusionDecoder
-    from harness.records import GenerationRequest
     from samplers.config import EntropyBoundConfig
 
     adapter = adapter_factory(medium_diffusion_dir)
     dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig(draw="fused", max_steps=8))
     assert dec.fused
-    reqs = [GenerationRequest(f"s{i}", adapter.encode(p), seed=i, max_new_tokens=8 * (1 + i % 2))
-            for i, p in enumerate(["hi", "a longer prompt", "mid", "x", "zz top"])]
+    reqs = [
+        GenerationRequest(f"s{i}", adapter.encode(p), seed=i, max_new_tokens=8 * (1 + i % 2))
+        for i, p in enumerate(["hi", "a longer prompt", "mid", "x", "zz top"])
+    ]
     alone = {r.sample_id: (r.token_ids, r.nfe, r.steps_per_canvas) for r in (dec.generate([q])[0] for q in reqs)}
     batched = {r.sample_id: (r.token_ids, r.nfe, r.steps_per_canvas) for r in dec.stream(reqs, batch_size=3)}
     assert batched == alone

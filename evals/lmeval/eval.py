@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from contract.files import atomic_write
+from contract.records import decode_metrics
 from evals.base import Eval, EvalItem
-from harness.records import decode_metrics
-from harness.store import atomic_write
 
 INVALID = "[invalid]"  # lm-eval's regex filters' fallback when nothing matched
 SAMPLES_SCORED = "samples_scored.jsonl"
@@ -35,12 +35,23 @@ class LmEvalEval(Eval):
 
     name = "lm_eval"
 
-    def __init__(self, tasks: list[str], name: str = "lm_eval", num_fewshot: int | None = None,
-                 limit: int | float | None = None, apply_chat_template: bool = True,
-                 include_path: list[str] | str | None = None, include_defaults: bool = True,
-                 max_new_tokens: int = 256, stop_strings: list[str] | None = None,
-                 gen_kwargs: dict[str, Any] | None = None, main_metric: str | None = None,
-                 main_filter: str | None = None, bootstrap_iters: int = 0, system_instruction: str | None = None):
+    def __init__(
+        self,
+        tasks: list[str],
+        name: str = "lm_eval",
+        num_fewshot: int | None = None,
+        limit: int | float | None = None,
+        apply_chat_template: bool = True,
+        include_path: list[str] | str | None = None,
+        include_defaults: bool = True,
+        max_new_tokens: int = 256,
+        stop_strings: list[str] | None = None,
+        gen_kwargs: dict[str, Any] | None = None,
+        main_metric: str | None = None,
+        main_filter: str | None = None,
+        bootstrap_iters: int = 0,
+        system_instruction: str | None = None,
+    ):
         super().__init__(max_new_tokens=max_new_tokens, stop_strings=stop_strings, limit=limit)
         tasks = [tasks] if isinstance(tasks, str) else list(tasks or [])
         if not tasks or not all(isinstance(t, str) and t for t in tasks):
@@ -56,7 +67,11 @@ class LmEvalEval(Eval):
         if not paths and not include_defaults and type(self).task_source is LmEvalEval.task_source:
             raise ValueError("eval.include_defaults=false needs eval.include_path (no task folder to index)")
         self.name, self.tasks, self.num_fewshot = name, tasks, num_fewshot
-        self.apply_chat_template, self.include_path, self.include_defaults = apply_chat_template, paths, include_defaults
+        self.apply_chat_template, self.include_path, self.include_defaults = (
+            apply_chat_template,
+            paths,
+            include_defaults,
+        )
         self.gen_kwargs, self.main_metric, self.main_filter = dict(gen_kwargs or {}), main_metric, main_filter
         self.bootstrap_iters, self.system_instruction = bootstrap_iters, system_instruction
 
@@ -85,21 +100,45 @@ class LmEvalEval(Eval):
         tasks, include = self.task_source(store.run_dir)
         tm = TaskManager(include_path=include or None, include_defaults=self.include_defaults)
         self.check_tasks(tm, tasks)
-        lm = DecoderLM(decoder, store, seed=seed, batch_size=batch_size, chat=self.apply_chat_template,
-                       max_gen_toks=self.max_new_tokens, extra_stop=self.stop_strings)
+        lm = DecoderLM(
+            decoder,
+            store,
+            seed=seed,
+            batch_size=batch_size,
+            chat=self.apply_chat_template,
+            max_gen_toks=self.max_new_tokens,
+            extra_stop=self.stop_strings,
+        )
         with datasets_caching_off():
             out = lm_eval.simple_evaluate(
-                model=lm, tasks=tasks, task_manager=tm, num_fewshot=self.num_fewshot, limit=self.limit,
-                log_samples=True, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-                fewshot_random_seed=seed, bootstrap_iters=self.bootstrap_iters, gen_kwargs=self.gen_kwargs or None,
+                model=lm,
+                tasks=tasks,
+                task_manager=tm,
+                num_fewshot=self.num_fewshot,
+                limit=self.limit,
+                log_samples=True,
+                random_seed=seed,
+                numpy_random_seed=seed,
+                torch_random_seed=seed,
+                fewshot_random_seed=seed,
+                bootstrap_iters=self.bootstrap_iters,
+                gen_kwargs=self.gen_kwargs or None,
                 system_instruction=self.system_instruction,
             )
         rows = self.merge(out, lm.rows, seed)
         run_dir = Path(store.run_dir)
         atomic_write(run_dir / SAMPLES_SCORED, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        atomic_write(run_dir / LM_EVAL_RESULTS, json.dumps(
-            {k: out.get(k) for k in ("results", "groups", "configs", "versions", "n-samples", "higher_is_better", "config")},
-            indent=2, default=str))
+        atomic_write(
+            run_dir / LM_EVAL_RESULTS,
+            json.dumps(
+                {
+                    k: out.get(k)
+                    for k in ("results", "groups", "configs", "versions", "n-samples", "higher_is_better", "config")
+                },
+                indent=2,
+                default=str,
+            ),
+        )
         return {**decode_metrics(rows), **self.summarize_lm_eval(out, rows, tasks)}
 
     def scored_rows(self, store) -> list[dict[str, Any]]:
@@ -127,13 +166,20 @@ class LmEvalEval(Eval):
                 main = d["filters"].get(filt, {})
                 answer = main.get("answer")
                 for sid in sids:
-                    rows.append({
-                        **produced[sid], "sample_id": sid, "seed": seed, "target": d["target"],
-                        "lm_eval": d["filters"], "main_metric": f"{metric},{filt}",
-                        "correct": float(main.get(metric, 0.0)), "answer": answer,
-                        "no_answer": answer is None or str(answer).strip() in ("", INVALID),
-                        **self.doc_fields(d["doc"]),
-                    })
+                    rows.append(
+                        {
+                            **produced[sid],
+                            "sample_id": sid,
+                            "seed": seed,
+                            "target": d["target"],
+                            "lm_eval": d["filters"],
+                            "main_metric": f"{metric},{filt}",
+                            "correct": float(main.get(metric, 0.0)),
+                            "answer": answer,
+                            "no_answer": answer is None or str(answer).strip() in ("", INVALID),
+                            **self.doc_fields(d["doc"]),
+                        }
+                    )
         return rows
 
     def main_key(self, out: dict[str, Any], task: str) -> tuple[str, str]:

@@ -15,29 +15,44 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
+from contract.decoding import decode_and_store
+from contract.records import GenerationRequest
+from contract.text import sample_seed
 from evals.lmeval.thoughts import opens_thought, split_thoughts
-from harness.records import GenerationRequest
-from models.base import decode_and_store, sample_seed
 
 UNSUPPORTED = "not supported for block-diffusion decoders; use generative tasks (output_type: generate_until)"
 
 
 @register_model("dgharness")
 class DecoderLM(LM):
-    """Wraps a `models.base.Decoder` and a `harness.store.ResultStore` for `lm_eval.simple_evaluate`.
+    """Wraps a `contract.decoding.Decoder` and a `contract.decoding.Store` for `lm_eval.simple_evaluate`.
 
     `chat`: each context becomes one user message rendered by the checkpoint's chat template (thinking on/off
     from the model config), rather than lm-eval rendering the template itself; few-shot examples then sit
     inside that one user turn. `max_gen_toks` applies when a task sets none.
     """
 
-    def __init__(self, decoder, store, seed: int = 0, batch_size: int = 1, chat: bool = True,
-                 max_gen_toks: int = 256, extra_stop: list[str] | None = None, progress: bool = True):
+    def __init__(
+        self,
+        decoder,
+        store,
+        seed: int = 0,
+        batch_size: int = 1,
+        chat: bool = True,
+        max_gen_toks: int = 256,
+        extra_stop: list[str] | None = None,
+        progress: bool = True,
+    ):
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.decoder, self.store, self.seed, self.batch_size = decoder, store, seed, batch_size
-        self.chat, self.max_gen_toks, self.extra_stop, self.progress = chat, max_gen_toks, list(extra_stop or []), progress
+        self.chat, self.max_gen_toks, self.extra_stop, self.progress = (
+            chat,
+            max_gen_toks,
+            list(extra_stop or []),
+            progress,
+        )
         self.rows: dict[str, dict[str, Any]] = {}  # sample_id -> row, for everything this LM answered
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
@@ -58,18 +73,29 @@ class DecoderLM(LM):
             if sid not in done:
                 todo.append((sid, inst))
         todo.sort(key=lambda t: -len(t[1].args[0]))  # similar lengths together: less padding per batch
-        bar = tqdm(total=len(requests), initial=len(requests) - len(todo), desc=f"lm-eval [{self.decoder.label}]",
-                   unit="sample", disable=disable_tqdm or not self.progress)
+        bar = tqdm(
+            total=len(requests),
+            initial=len(requests) - len(todo),
+            desc=f"lm-eval [{self.decoder.label}]",
+            unit="sample",
+            disable=disable_tqdm or not self.progress,
+        )
         prepared = {sid: (inst, *self._request(sid, inst)) for sid, inst in todo}
 
         def make_row(res) -> dict[str, Any]:
             inst, req, opened = prepared[res.sample_id]
-            return {**res.to_dict(), **self._reply(res, req.stop_strings, opened),
-                    "task": inst.task_name, "doc_id": inst.doc_id, "context": inst.args[0]}
+            return {
+                **res.to_dict(),
+                **self._reply(res, req.stop_strings, opened),
+                "task": inst.task_name,
+                "doc_id": inst.doc_id,
+                "context": inst.args[0],
+            }
 
         reqs = [req for _, req, _ in prepared.values()]
-        for row in decode_and_store(self.decoder, reqs, self.batch_size, make_row, self.store.append,
-                                    resumed=bool(done)):
+        for row in decode_and_store(
+            self.decoder, reqs, self.batch_size, make_row, self.store.append, resumed=bool(done)
+        ):
             inst = prepared[row["sample_id"]][0]
             done[row["sample_id"]] = row
             self.cache_hook.add_partial("generate_until", inst.args, row["reply"])
@@ -88,8 +114,13 @@ class DecoderLM(LM):
         prompt = [{"role": "user", "content": context}] if self.chat else context
         ids = self.decoder.encode(prompt)
         tail = self.decoder.tokenizer.decode(ids[-32:], skip_special_tokens=False)
-        req = GenerationRequest(sample_id=sid, prompt_ids=ids, seed=sample_seed(self.seed, sid),
-                                max_new_tokens=max_toks, stop_strings=until + self.extra_stop)
+        req = GenerationRequest(
+            sample_id=sid,
+            prompt_ids=ids,
+            seed=sample_seed(self.seed, sid),
+            max_new_tokens=max_toks,
+            stop_strings=until + self.extra_stop,
+        )
         return req, opens_thought(tail)
 
     def _reply(self, res, stop_strings: list[str], starts_in_thought: bool) -> dict[str, Any]:
@@ -105,8 +136,13 @@ class DecoderLM(LM):
             reply = reply.replace(special, "")
         cuts = [reply.find(s) for s in stop_strings if s and s in reply]
         reply = reply[: min(cuts)] if cuts else reply
-        return {"raw_text": raw, "reply": reply.strip(), "has_thought": split.has_thought,
-                "unclosed_thought": split.unclosed, "thought_chars": len(split.thought)}
+        return {
+            "raw_text": raw,
+            "reply": reply.strip(),
+            "has_thought": split.has_thought,
+            "unclosed_thought": split.unclosed,
+            "thought_chars": len(split.thought),
+        }
 
     def get_model_info(self) -> dict[str, Any]:
         return {"dgharness": self.decoder.describe()}

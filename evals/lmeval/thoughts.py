@@ -55,14 +55,14 @@ def split_thoughts(reply: str, starts_in_thought: bool = False) -> ThoughtSplit:
                 unclosed = True
                 break
             if m.group(0) in closes:
-                thoughts.append(reply[pos:m.start()])
+                thoughts.append(reply[pos : m.start()])
                 inside = False
             pos = m.end()  # an open tag inside a block is just text to skip
         else:
             if m is None:
                 answer.append(reply[pos:])
                 break
-            answer.append(reply[pos:m.start()])
+            answer.append(reply[pos : m.start()])
             if m.group(0) not in closes:
                 inside, has = True, True
             pos = m.end()

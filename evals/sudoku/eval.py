@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract.paths import resolve_path
 from evals.base import Eval, EvalItem
-from evals.paths import resolve_path
 from evals.sudoku.formats import FORMATS, build_prompt, parse_answer
 from evals.sudoku.grid import from_string, is_valid_solution, keeps_givens
 from evals.sudoku.io import load_puzzles

@@ -34,7 +34,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from evals.paths import register_path_resolver
+from contract.paths import register_path_resolver
 from evals.sudoku.check import reference_decode
 from evals.sudoku.eval import SudokuEval
 from evals.sudoku.stream import Curriculum, PuzzleStream

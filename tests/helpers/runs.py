@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.records import GenerationResult, decode_metrics
+from contract.records import GenerationResult, decode_metrics
 from harness.store import ResultStore
 
 

@@ -1,6 +1,6 @@
 """Typed records at the boundaries: what a decoder returns per sample, and how it is counted.
 
-One TPF rule everywhere (see BRIEF): benchmark TPF = total valid output tokens / total decoder (or
+One TPF rule everywhere: benchmark TPF = total valid output tokens / total decoder (or
 target) forward passes, summed over samples, not a mean of per-sample ratios. Valid tokens are the new
 tokens cut after the first EOS (the EOS itself counts, as in `transformers`' `tokens_per_forward`).
 """
