@@ -62,7 +62,7 @@ def adapter_factory():
     cache = {}
 
     def make(path, **kw):
-        key = (str(path), tuple(sorted(kw.items())))
+        key = (str(path), repr(sorted(kw.items())))
         if key not in cache:
             cache[key] = DiffusionGemmaAdapter(str(path), dtype="float32", eos_token_ids=kw.pop("eos", [1]), **kw)
         return cache[key]

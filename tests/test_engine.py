@@ -226,3 +226,37 @@ def test_reference_mode_refuses_to_resume_a_partial_run(adapter_factory, medium_
         run_items(Tiny(), ref, store, batch_size=2, seed=0)
     per_sample = BlockDiffusionDecoder(adapter, EntropyBoundConfig(max_steps=4))
     assert run_items(Tiny(), per_sample, store, batch_size=2, seed=0)["num_samples"] == 4  # resumable
+
+
+@pytest.mark.slow
+def test_shipped_sudoku_model_batch_64_equals_batch_1():
+    """The default make-sweep setting on the shipped model: 80 puzzles through 64 rows (stragglers, refills)
+    give every sample exactly the tokens, NFE and steps it gets alone."""
+    from contract.paths import REPO_ROOT
+    from evals.sudoku.io import load_puzzles
+    from models.diffusion_gemma import DiffusionGemmaAdapter
+
+    adapter = DiffusionGemmaAdapter(str(REPO_ROOT / "models/checkpoints/sudoku6_diffusion"), dtype="float32")
+    puzzles = load_puzzles(REPO_ROOT / "evals/sudoku/data/sudoku6_test.jsonl", limit=80)
+    tok = adapter.tokenizer
+    reqs = [
+        GenerationRequest(f"p{i}", tok(p.puzzle, add_special_tokens=False)["input_ids"], seed=i, max_new_tokens=36)
+        for i, p in enumerate(puzzles)
+    ]
+    dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
+    alone = {r.sample_id: _key(dec.generate([r])[0]) for r in reqs}
+    batched = {r.sample_id: _key(r) for r in dec.stream(reqs, batch_size=64)}
+    assert batched == alone
+    assert len({k[1] for k in alone.values()}) > 1  # rows really finish at different steps
+
+
+@pytest.mark.slow
+def test_extra_logits_memory_at_real_vocabulary_is_within_1_5_u():
+    """C = 256, V = 262,144 on a narrow model, B = 2: the engine's peak extra memory (one logits workspace plus
+    blocks) vs `generate()`'s, in units of one float32 B x C x V tensor."""
+    from bench.engine import memory_in_u
+
+    m = memory_in_u(batch=2, steps=2)
+    assert m["vocab"] == 262_144 and m["canvas"] == 256
+    assert m["ours_extra_U"] <= 1.5, m
+    assert m["generate_extra_U"] >= 3 * m["ours_extra_U"], m  # the measurement sees generate()'s copies too

@@ -223,11 +223,9 @@ def test_joblib_launcher_yaml_composes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (REPO / "outputs" / "tiny" / "diffusion" / "config.json").exists(),
-    reason="tiny checkpoint not built (make tiny-models)",
-)
 def test_real_app_two_job_sweep_through_submitit_local(tmp_path):
+    tiny = REPO / "outputs" / "tiny" / "diffusion" / "config.json"
+    assert tiny.exists(), "the configs' tiny checkpoint is missing: run `make tiny-models` (make test does)"
     sweep = tmp_path / "sweep"
     cmd = [
         sys.executable,

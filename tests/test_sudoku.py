@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from contract.paths import REPO_ROOT
 from evals.sudoku.eval import SudokuEval, blank_bucket, score_answer
 from evals.sudoku.formats import chat_prompt, parse_answer, render_grid
 from evals.sudoku.grid import from_string, is_valid_solution, solve, to_string
@@ -55,7 +56,7 @@ def test_held_out_set_disjoint_from_training_stream():
 
 
 def test_fixture_is_the_generated_held_out_set():
-    ps = load_puzzles("evals/sudoku/data/sudoku6_test.jsonl")
+    ps = load_puzzles(REPO_ROOT / "evals/sudoku/data/sudoku6_test.jsonl")
     assert len(ps) == 300 and min(p.blanks for p in ps) >= 18
     assert [p.puzzle for p in ps[:20]] == [p.puzzle for p in generate_puzzles(6, 20, (18, 26), 0, "test")]
 
