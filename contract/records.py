@@ -7,6 +7,8 @@ tokens cut after the first EOS (the EOS itself counts, as in `transformers`' `to
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -85,3 +87,29 @@ def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
         "median_latency_s": latency[len(latency) // 2] if latency else 0.0,
         "mean_user_tokens_per_second": sum(user_tps) / len(user_tps) if user_tps else 0.0,
     }
+
+
+def item_sha(sample_id: str, prompt: Any, target: Any = None) -> str:
+    """Hash of what a sample is made from (id, prompt, target): stored with the sample, compared on resume."""
+    text = json.dumps([sample_id, prompt, target], sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def items_sha(shas: list[str]) -> str:
+    """One hash for an item set (order-free): part of the eval identity that groups runs into fronts."""
+    return hashlib.sha256("\n".join(sorted(shas)).encode()).hexdigest()[:12]
+
+
+def changed_items(done: dict[str, dict[str, Any]], current: dict[str, str]) -> list[str]:
+    """Stored samples whose `item_sha` differs from the item the eval now gives under the same id."""
+    return sorted(
+        sid for sid, row in done.items() if sid in current and row.get("item_sha", current[sid]) != current[sid]
+    )
+
+
+def stale_inputs_error(changed: list[str]) -> RuntimeError:
+    return RuntimeError(
+        f"{len(changed)} stored samples were made from other prompts or targets than the eval now gives under the "
+        f"same ids (e.g. {changed[:3]}): the data changed since they were decoded. Resuming would score them "
+        f"against the new items; re-run with resume=false to start afresh"
+    )

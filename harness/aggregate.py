@@ -2,7 +2,8 @@
 
 A run dir is any folder holding `metrics.json` (written last, atomically, so its presence means the run
 finished); folders with `samples.jsonl` but no `metrics.json` are reported as incomplete, never mixed in.
-Each row carries the run identity (label, model, eval, seed, sampler knobs as `sampler.<knob>` columns),
+Each row carries the run identity (label, model, eval, seed, sampler knobs as `sampler.<knob>` columns; `eval` is
+the eval identity `<name>-n<items>-<item hash>`, so runs on other item sets are grouped apart),
 every scalar metric (nested dicts flattened as `key.sub`), steps-per-canvas statistics read back from
 `samples.jsonl`, and a `consistent` flag: the stored samples re-counted with `decode_metrics` agree with
 `metrics.json` (same sample count, tokens and forwards), so a stale or mixed-up run cannot pass unseen.
@@ -128,7 +129,9 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         "run_name": run.get("run_name", run_dir.name),
         "label": run.get("label"),
         "model": run.get("model"),
-        "eval": run.get("eval"),
+        # the eval identity (name, item count, item hash): runs on other items never share a front
+        "eval": run.get("eval_id") or run.get("eval"),
+        "eval_name": run.get("eval"),
         "sampler": sampler.get("name") or run.get("label"),
         "seed": run.get("seed"),
     }

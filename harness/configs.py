@@ -47,8 +47,13 @@ def model_kind(model: DictConfig) -> DecoderKind:
     return DecoderKind(getattr(get_class(str(target)), "kind", DecoderKind.AR))
 
 
-def run_name(model: DictConfig, sampler: DictConfig, ev: DictConfig, seed: int) -> str:
-    """`<model>__<sampler knobs that differ from defaults>__<eval>__s<seed>__<hash of all three>`."""
+def run_name(
+    model: DictConfig, sampler: DictConfig, ev: DictConfig, seed: int, batch_size: int | str | None = None
+) -> str:
+    """`<model>__<sampler knobs that differ from defaults>__<eval>__s<seed>__bs<batch>__<hash of all of them>`.
+
+    The batch size is part of the identity: it does not change a sample's tokens, but it changes the run's
+    throughput and latency figures, so runs at different batch sizes must not share a directory."""
     m = OmegaConf.to_container(model, resolve=True)
     s = OmegaConf.to_container(sampler, resolve=True)
     e = OmegaConf.to_container(ev, resolve=True)
@@ -59,7 +64,11 @@ def run_name(model: DictConfig, sampler: DictConfig, ev: DictConfig, seed: int) 
         knobs = [run_name_part(k, v) for k, v in changed_knobs(s, defaults).items()]
         parts.append("-".join([str(s.get("name"))] + knobs))
     parts += [str(e.get("name", "eval")), f"s{seed}"]
-    digest = hashlib.sha1(json.dumps([m, s, e, seed], sort_keys=True, default=str).encode()).hexdigest()[:6]
+    identity: list = [m, s, e, seed]
+    if batch_size is not None:
+        parts.append(f"bs{batch_size}")
+        identity.append(batch_size)
+    digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:6]
     return re.sub(r"[^\w.=+-]", "_", "__".join(parts)) + f"__{digest}"
 
 

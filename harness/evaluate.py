@@ -7,7 +7,14 @@ from typing import Any
 from tqdm import tqdm
 
 from contract.decoding import decode_and_store
-from contract.records import GenerationRequest, decode_metrics
+from contract.records import (
+    GenerationRequest,
+    changed_items,
+    decode_metrics,
+    item_sha,
+    items_sha,
+    stale_inputs_error,
+)
 from contract.text import sample_seed
 
 
@@ -21,7 +28,10 @@ def run_items(ev, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
     ids = [it.sample_id for it in items]
     if len(set(ids)) != len(ids):
         raise ValueError(f"eval {ev.name!r} yields duplicate sample ids; they are the resume key")
+    shas = {it.sample_id: item_sha(it.sample_id, it.prompt, it.target) for it in items}
     done = store.load()
+    if changed := changed_items(done, shas):
+        raise stale_inputs_error(changed)
     todo = {it.sample_id: it for it in items if it.sample_id not in done}
     requests = [
         GenerationRequest(
@@ -36,7 +46,7 @@ def run_items(ev, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
 
     def make_row(res) -> dict[str, Any]:
         it = todo[res.sample_id]
-        return {**res.to_dict(), "meta": it.meta, **ev.score(it, res.text)}
+        return {**res.to_dict(), "item_sha": shas[it.sample_id], "meta": it.meta, **ev.score(it, res.text)}
 
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=f"{ev.name} [{decoder.label}]", unit="sample")
     tokens = sum(r["num_tokens"] for r in done.values())
@@ -48,4 +58,4 @@ def run_items(ev, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
         bar.set_postfix(tpf=f"{tokens / max(1, nfe):.2f}")
     bar.close()
     rows = [done[i] for i in ids]
-    return {**decode_metrics(rows), **ev.summarize(rows)}
+    return {**decode_metrics(rows), **ev.summarize(rows), "items_sha": items_sha(list(shas.values()))}

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from contract.decoding import DecoderKind, SelfDrivingEval
 from harness.configs import check_model_path, model_kind, register_configs
 from harness.evaluate import run_items
+from harness.identity import loaded_commit, model_identity
 from harness.store import ResultStore
 
 log = logging.getLogger(__name__)
@@ -89,9 +90,18 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     check_model_path(cfg.model)
     batch_size = plan_batch_size(cfg, ev, sampler)
     logger = instantiate(cfg.logger)
-    store = ResultStore(run_dir)
+    store = ResultStore(run_dir)  # exclusive: a second process on the same run dir fails here
+    try:
+        return _run(cfg, store, sampler, ev, batch_size, logger)
+    finally:
+        store.close()
+
+
+def _run(cfg: DictConfig, store: ResultStore, sampler, ev, batch_size: int, logger) -> dict[str, Any]:
     if not cfg.resume:
         store.reset()
+    identity = model_identity(cfg.model)
+    store.check_identity(identity)  # retrained weights at the same path: stop, never mix
     (store.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
     import torch  # heavy imports only after every check above passed
@@ -99,7 +109,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
     from harness.decode import decoder_for
 
-    decoder = decoder_for(instantiate(cfg.model), sampler)
+    model = instantiate(cfg.model)
+    if commit := loaded_commit(model):  # a hub id: name the weights actually loaded, and refuse a mix
+        store.check_identity({**identity, "model.commit": commit})
+    decoder = decoder_for(model, sampler)
     info = decoder.describe()
     run_info = {
         "run_name": cfg.run_name,
@@ -121,6 +134,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     else:
         metrics = run_items(ev, decoder, store, batch_size=batch_size, seed=cfg.seed)
     metrics["batch_size"] = batch_size
+    # runs are compared (fronts, AUP) only on the same items: the eval's name, item count and item hash
+    run_info["eval_id"] = f"{ev.name}-n{metrics['num_samples']}-{metrics.get('items_sha', 'unknown')[:6]}"
     metrics["run"] = run_info
     store.write_metrics(metrics)
     logger.finish(metrics, ev.scored_rows(store))

@@ -20,14 +20,59 @@ from contract.files import atomic_write
 
 SAMPLES = "samples.jsonl"
 METRICS = "metrics.json"
+IDENTITY = "identity.json"
+LOCK = ".lock"
+
+
+class RunDirBusy(RuntimeError):
+    """Another process holds this run dir: two writers would decode every sample twice."""
 
 
 class ResultStore:
-    def __init__(self, run_dir: str | Path):
+    """One run dir, held exclusively by one process (an `flock` on `.lock`, released at exit or `close()`)."""
+
+    def __init__(self, run_dir: str | Path, lock: bool = True):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.samples_path = self.run_dir / SAMPLES
         self.metrics_path = self.run_dir / METRICS
+        self._lock = None
+        if lock:
+            self._acquire()
+
+    def _acquire(self) -> None:
+        import fcntl
+
+        f = open(self.run_dir / LOCK, "a+")  # held open for the store's lifetime
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise RunDirBusy(
+                f"{self.run_dir} is being written by another process (same config running twice, or a parallel "
+                f"launcher with duplicate jobs); wait for it to finish, then re-run to resume"
+            ) from None
+        self._lock = f
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def check_identity(self, identity: dict[str, Any]) -> None:
+        """Refuse to add samples made from other inputs than the stored ones (weights retrained at the same
+        path, ...): `identity` is what determines the samples besides the config; it is stored with the run."""
+        path = self.run_dir / IDENTITY
+        old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        if self.samples_path.exists() and self.samples_path.stat().st_size:
+            changed = sorted(k for k in identity if k in old and old[k] != identity[k])
+            if changed:
+                detail = "; ".join(f"{k}: {old.get(k)!r} -> {identity.get(k)!r}" for k in changed)
+                raise RuntimeError(
+                    f"{self.run_dir} holds samples made from other inputs ({detail}). Resuming would mix them: "
+                    f"re-run with resume=false to start this run afresh (or move the run dir away)"
+                )
+        atomic_write(path, json.dumps({**old, **identity}, indent=2, sort_keys=True, default=str))
 
     def load(self) -> dict[str, dict[str, Any]]:
         """Finished samples by id (first row per id wins). Drops every bad line, not only a torn last one
@@ -48,7 +93,7 @@ class ResultStore:
 
     def reset(self) -> None:
         """Forget earlier results (a fresh, non-resumed run into the same directory)."""
-        for p in (self.samples_path, self.metrics_path):
+        for p in (self.samples_path, self.metrics_path, self.run_dir / IDENTITY):
             p.unlink(missing_ok=True)
 
 

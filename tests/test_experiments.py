@@ -45,9 +45,15 @@ def test_experiment_values_override_the_main_config():
 @pytest.mark.parametrize(
     "overrides,prefix",
     [
-        ([], "tiny_diffusion__entropy_bound__prompts__s0__"),
-        (["sampler.max_steps=8", "sampler.entropy_bound=0.3"], "tiny_diffusion__entropy_bound-n8-b0.3__prompts__s0__"),
-        (["sampler=confidence_topk", "sampler.tokens_per_step=3"], "tiny_diffusion__confidence_topk-k3__prompts__s0__"),
+        ([], "tiny_diffusion__entropy_bound__prompts__s0__bs8__"),
+        (
+            ["sampler.max_steps=8", "sampler.entropy_bound=0.3"],
+            "tiny_diffusion__entropy_bound-n8-b0.3__prompts__s0__bs8__",
+        ),
+        (
+            ["sampler=confidence_topk", "sampler.tokens_per_step=3"],
+            "tiny_diffusion__confidence_topk-k3__prompts__s0__bs8__",
+        ),
         (
             [
                 "sampler=confidence_threshold",
@@ -56,9 +62,9 @@ def test_experiment_values_override_the_main_config():
                 "sampler.remask_ratio=0.1",
                 "sampler.capture_trajectory=true",
             ],
-            "tiny_diffusion__confidence_threshold-tmax1.0-stop_entropy0.01-rm0.1__prompts__s0__",
+            "tiny_diffusion__confidence_threshold-tmax1.0-stop_entropy0.01-rm0.1__prompts__s0__bs8__",
         ),
-        (["model=sudoku6_ar", "eval=sudoku6", "seed=3"], "sudoku6_ar__sudoku6__s3__"),
+        (["model=sudoku6_ar", "eval=sudoku6", "seed=3", "batch_size=40"], "sudoku6_ar__sudoku6__s3__bs40__"),
     ],
 )
 def test_run_names_keep_their_spelling(overrides, prefix):

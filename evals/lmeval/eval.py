@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.files import atomic_write
-from contract.records import decode_metrics
+from contract.records import decode_metrics, items_sha
 from evals.base import Eval, EvalItem
 
 INVALID = "[invalid]"  # lm-eval's regex filters' fallback when nothing matched
@@ -139,7 +139,8 @@ class LmEvalEval(Eval):
                 default=str,
             ),
         )
-        return {**decode_metrics(rows), **self.summarize_lm_eval(out, rows, tasks)}
+        shas = [r.get("item_sha", r["sample_id"]) for r in rows]
+        return {**decode_metrics(rows), **self.summarize_lm_eval(out, rows, tasks), "items_sha": items_sha(shas)}
 
     def scored_rows(self, store) -> list[dict[str, Any]]:
         path = Path(store.run_dir) / SAMPLES_SCORED

@@ -16,7 +16,7 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from contract.decoding import decode_and_store
-from contract.records import GenerationRequest
+from contract.records import GenerationRequest, changed_items, item_sha, stale_inputs_error
 from contract.text import sample_seed
 from evals.lmeval.thoughts import opens_thought, split_thoughts
 
@@ -65,13 +65,17 @@ class DecoderLM(LM):
         done = self.store.load()
         todo, ids = [], []
         seen: dict[tuple[str, int], int] = {}
+        shas: dict[str, str] = {}
         for inst in requests:
             key = (inst.task_name, inst.doc_id)
             k = seen[key] = seen.get(key, -1) + 1  # repeats of one doc get their own id and seed
             sid = f"{inst.task_name}/{inst.doc_id}" + (f"/{k}" if k else "")
             ids.append(sid)
+            shas[sid] = item_sha(sid, inst.args[0], inst.args[1])
             if sid not in done:
                 todo.append((sid, inst))
+        if changed := changed_items(done, shas):  # e.g. a reordered data file: other questions under old ids
+            raise stale_inputs_error(changed)
         todo.sort(key=lambda t: -len(t[1].args[0]))  # similar lengths together: less padding per batch
         bar = tqdm(
             total=len(requests),
@@ -85,6 +89,7 @@ class DecoderLM(LM):
         def make_row(res) -> dict[str, Any]:
             inst, req, opened = prepared[res.sample_id]
             return {
+                "item_sha": shas[res.sample_id],
                 **res.to_dict(),
                 **self._reply(res, req.stop_strings, opened),
                 "task": inst.task_name,
