@@ -18,16 +18,27 @@ from contract.records import (
 from contract.text import sample_seed
 
 
-def run_items(ev, decoder, store, batch_size: int, seed: int) -> dict[str, Any]:
+def checked_items(ev) -> list:
+    """The eval's items, refused when there are none or their ids (the resume key) repeat: both would give
+    a run with no or wrong numbers rather than an error. Called before any model loads."""
+    items = ev.items()
+    if not items:
+        raise ValueError(f"eval {ev.name!r} yields no items (an empty data file, or a filter that keeps nothing)")
+    ids = [it.sample_id for it in items]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:3]
+        raise ValueError(f"eval {ev.name!r} yields duplicate sample ids (e.g. {dup}); they are the resume key")
+    return items
+
+
+def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None = None) -> dict[str, Any]:
     """Decode every item not yet in `store`, append each scored sample as it finishes, return the metrics.
 
     Each request carries a seed derived from (run seed, sample id), so results do not depend on the
     batch size, the batch neighbours, or which samples a resumed run still had to do.
     """
-    items = ev.items()
+    items = checked_items(ev) if items is None else items
     ids = [it.sample_id for it in items]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"eval {ev.name!r} yields duplicate sample ids; they are the resume key")
     shas = {it.sample_id: item_sha(it.sample_id, it.prompt, it.target) for it in items}
     done = store.load()
     if changed := changed_items(done, shas):

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from contract.decoding import DecoderKind, SelfDrivingEval
 from harness.configs import check_model_path, model_kind, register_configs
-from harness.evaluate import run_items
+from harness.evaluate import checked_items, run_items
 from harness.identity import loaded_commit, model_identity
 from harness.store import ResultStore
 
@@ -30,7 +30,7 @@ register_configs()
 LM_EVAL_PROMPT_TOKENS = 2048
 
 
-def plan_batch_size(cfg: DictConfig, ev, sampler) -> int:
+def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     """The batch size to decode with, checked against a memory estimate before any weights load.
 
     For block-diffusion models the peak (weights, KV cache for the longest prompt + max_new_tokens, the
@@ -52,10 +52,6 @@ def plan_batch_size(cfg: DictConfig, ev, sampler) -> int:
 
     path = resolve_model_ref(str(cfg.model.path), "model.path")
     config = memory.load_config(path, revision=cfg.model.get("revision"))
-    try:
-        items = ev.items()
-    except NotImplementedError:  # self-driving evals (lm-eval)
-        items = None
     if items is not None:
         tok = AutoTokenizer.from_pretrained(path, revision=cfg.model.get("revision"))
         prompt = max(len(encode_prompt(tok, it.prompt, cfg.model.get("enable_thinking"))) for it in items)
@@ -88,16 +84,18 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     sampler = instantiate(cfg.sampler)
     ev = instantiate(cfg.eval)
     check_model_path(cfg.model)
-    batch_size = plan_batch_size(cfg, ev, sampler)
+    # no items, or repeated ids: fail here, before any weights load (lm-eval builds its items while it runs)
+    items = None if isinstance(ev, SelfDrivingEval) else checked_items(ev)
+    batch_size = plan_batch_size(cfg, ev, sampler, items)
     logger = instantiate(cfg.logger)
     store = ResultStore(run_dir)  # exclusive: a second process on the same run dir fails here
     try:
-        return _run(cfg, store, sampler, ev, batch_size, logger)
+        return _run(cfg, store, sampler, ev, items, batch_size, logger)
     finally:
         store.close()
 
 
-def _run(cfg: DictConfig, store: ResultStore, sampler, ev, batch_size: int, logger) -> dict[str, Any]:
+def _run(cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: int, logger) -> dict[str, Any]:
     if not cfg.resume:
         store.reset()
     identity = model_identity(cfg.model)
@@ -132,7 +130,7 @@ def _run(cfg: DictConfig, store: ResultStore, sampler, ev, batch_size: int, logg
     if isinstance(ev, SelfDrivingEval):  # lm-eval builds and scores its own requests
         metrics = ev.run(decoder, store, batch_size=batch_size, seed=cfg.seed)
     else:
-        metrics = run_items(ev, decoder, store, batch_size=batch_size, seed=cfg.seed)
+        metrics = run_items(ev, decoder, store, batch_size=batch_size, seed=cfg.seed, items=items)
     metrics["batch_size"] = batch_size
     # runs are compared (fronts, AUP) only on the same items: the eval's name, item count and item hash
     run_info["eval_id"] = f"{ev.name}-n{metrics['num_samples']}-{metrics.get('items_sha', 'unknown')[:6]}"

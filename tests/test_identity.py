@@ -94,3 +94,31 @@ def test_fronts_never_mix_item_sets(tmp_path):
     assert set(df["eval_name"]) == {"sudoku6"}
     table, fronts = annotate_fronts(df)
     assert len(fronts) == 2 and table["on_front"].all()  # each run is alone on its own item set's front
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["eval=sudoku6", "eval.blanks=[30,10]"], "eval.blanks"),
+        (["eval=sudoku6", "eval.num_puzzles=-1"], "eval.num_puzzles"),
+        (["eval=sudoku6", "eval.path=/no/such/puzzles.jsonl"], "not found"),
+        (["eval.path={dup}"], "duplicate sample ids"),
+        (["eval.path={empty}"], "no items"),
+    ],
+)
+def test_bad_eval_inputs_fail_before_the_model_loads(tmp_path, overrides, message, monkeypatch):
+    dup, empty = tmp_path / "dup.jsonl", tmp_path / "empty.jsonl"
+    dup.write_text('{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n')
+    empty.write_text("")
+    import models.diffusion_gemma as dg
+
+    def never(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(dg.DiffusionGemmaForBlockDiffusion, "from_pretrained", never)
+    args = [o.format(dup=dup, empty=empty) for o in overrides]
+    from hydra.errors import InstantiationException  # Hydra wraps errors raised by an eval's constructor
+
+    with pytest.raises((ValueError, FileNotFoundError, InstantiationException), match=message):
+        _run(["model=tiny_diffusion", *args], tmp_path / "run")
+    assert not (tmp_path / "run" / "samples.jsonl").exists()

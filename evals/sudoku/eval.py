@@ -60,8 +60,14 @@ class SudokuEval(Eval):
         name: str | None = None,
     ):
         if format not in FORMATS:
-            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+            raise ValueError(f"eval.format: must be one of {FORMATS}, got {format!r}")
+        if size not in (4, 6, 9):
+            raise ValueError(f"eval.size: must be 4, 6 or 9, got {size!r}")
         cells = size * size
+        if isinstance(num_puzzles, bool) or not isinstance(num_puzzles, int) or num_puzzles < 1:
+            raise ValueError(f"eval.num_puzzles: must be an integer >= 1, got {num_puzzles!r}")
+        if len(blanks) != 2 or not all(isinstance(b, int) for b in blanks) or not 1 <= blanks[0] <= blanks[1] < cells:
+            raise ValueError(f"eval.blanks: must be [low, high] with 1 <= low <= high < {cells}, got {list(blanks)!r}")
         if max_new_tokens is None:
             max_new_tokens = cells if format == "compact" else 8 * cells + 256
         super().__init__(max_new_tokens=max_new_tokens, stop_strings=stop_strings, limit=limit)
