@@ -261,12 +261,11 @@ class BlockDiffusionDecoder:
             trajectory = out.mean_entropy.tolist() if cfg.capture_trajectory else None
 
             leaving, committing = [], []
-            share = (time.perf_counter() - t0) / b
+            stepped = list(rows)  # every row computed in this step shares its wall time (commits included)
             for i, (row, (fin, kept, *argmax)) in enumerate(zip(rows, host, strict=True)):
                 res = row.result
                 res.nfe += 1
                 res.row_forwards += 1
-                res.wall_time_s += share
                 res.steps_per_canvas[-1] += 1
                 res.accepted_per_step[-1].append(kept)
                 res.renoised_per_step[-1].append(c - kept)
@@ -306,12 +305,15 @@ class BlockDiffusionDecoder:
                 logits.move_up(keep, sc_rows)
                 idx = torch.tensor(keep, device=dev, dtype=torch.long)
                 canvas, history = canvas[idx], history[:, idx]
-                now = time.perf_counter()
+                masks = None
+            now = time.perf_counter()
+            for row in stepped:
+                row.result.wall_time_s += (now - t0) / b
+            if leaving:
                 for i in leaving:
                     yield self._finish(rows[i], now)
                 rows = [rows[i] for i in keep]
                 sc_rows = [sc_rows[i] for i in keep]
-                masks = None
 
     def _start(self, req: GenerationRequest) -> _Row:
         if not req.prompt_ids:
