@@ -32,10 +32,16 @@ SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 
 
 def load_causal_lm(
-    ref: str, dtype: str, device: str | None, device_map: Any, attn_implementation: str | None, loader=None
+    ref: str,
+    dtype: str,
+    device: str | None,
+    device_map: Any,
+    attn_implementation: str | None,
+    loader=None,
+    revision: str | None = None,
 ):
     """Load a causal LM in eval mode on one device, or spread by `device_map`."""
-    kwargs: dict[str, Any] = {"dtype": DTYPES[dtype]}
+    kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if device_map is not None:
@@ -76,6 +82,7 @@ class ARDecoder:
         top_k: int = 0,
         enable_thinking: bool | None = None,
         eos_token_ids: list[int] | None = None,
+        revision: str | None = None,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -99,8 +106,8 @@ class ARDecoder:
         self.enable_thinking = enable_thinking
         self.device_map, self.attn_implementation = device_map, attn_implementation
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
-        self.model = load_causal_lm(path, dtype, device, device_map, attn_implementation)
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, revision=None if tokenizer != path else revision)
+        self.model = load_causal_lm(path, dtype, device, device_map, attn_implementation, revision=revision)
         self.device = self.model.device
         self.eos_ids = sorted(set(eos_token_ids or default_eos_ids(self.model.generation_config, self.tokenizer)))
         self._stop_cache: dict[tuple[str, ...], StopStringCriteria] = {}

@@ -38,6 +38,7 @@ class ContextState:
     attention_mask: torch.Tensor  # (B, T) bool over cached slots (False = left padding)
     next_position: torch.Tensor  # (B,) long: position id of the next token of each row
     lengths: list[int]  # real context tokens per row (host copy)
+    last_hidden: torch.Tensor | None = None  # (B, H) encoder output at each row's last token (AR decoding)
 
     @property
     def batch_size(self) -> int:
@@ -137,8 +138,8 @@ class DiffusionGemmaAdapter:
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.config.get_text_config(decoder=True))
-        self._encode(ids, mask, positions, cache)
-        return ContextState(cache, mask, torch.tensor(lengths, device=self.device), lengths)
+        hidden = self._encode(ids, mask, positions, cache)
+        return ContextState(cache, mask, torch.tensor(lengths, device=self.device), lengths, hidden[:, -1])
 
     @torch.no_grad()
     def commit(self, state: ContextState, canvas: torch.Tensor, rows: list[int] | None = None) -> ContextState:
@@ -152,8 +153,9 @@ class DiffusionGemmaAdapter:
         if rows is None or len(rows) == state.batch_size:
             mask = torch.nn.functional.pad(state.attention_mask, (0, c), value=True)
             positions = state.next_position[:, None] + torch.arange(c, device=canvas.device)
-            self._encode(canvas, mask, positions, state.cache)
-            return ContextState(state.cache, mask, state.next_position + c, [n + c for n in state.lengths])
+            hidden = self._encode(canvas, mask, positions, state.cache)
+            lengths = [n + c for n in state.lengths]
+            return ContextState(state.cache, mask, state.next_position + c, lengths, hidden[:, -1])
         idx = torch.tensor(rows, device=self.device)
         part = kv_rows.take(state.cache, idx)
         part_mask = torch.nn.functional.pad(state.attention_mask[idx], (0, c), value=True)
@@ -198,7 +200,7 @@ class DiffusionGemmaAdapter:
         kv_rows.trim_left(state.cache, lead)
         return ContextState(state.cache, state.attention_mask[:, lead:], state.next_position, state.lengths)
 
-    def _encode(self, input_ids, full_mask, positions, cache) -> None:
+    def _encode(self, input_ids, full_mask, positions, cache) -> torch.Tensor:
         dummy = torch.empty((*input_ids.shape, 0), dtype=self.model.dtype, device=input_ids.device)
         masks = self.model.model.encoder.create_masks_for_generate(
             config=self.config,
@@ -207,10 +209,18 @@ class DiffusionGemmaAdapter:
             past_key_values=cache,
             position_ids=positions,
         )
-        self._encoder(
+        out = self._encoder(
             input_ids=input_ids.contiguous(), attention_mask=masks, past_key_values=cache, position_ids=positions
         )
         kv_rows.release_views(cache)
+        return out.last_hidden_state
+
+    @torch.no_grad()
+    def next_token_logits(self, state: ContextState) -> torch.Tensor:
+        """(B, V) float32 logits for each row's next token from the causal encoder: the same weights decoding
+        autoregressively (softcap(lm_head(encoder hidden state)), as the checkpoint's own AR head would)."""
+        x = self.model.lm_head(state.last_hidden).float()
+        return x.div_(self.softcap).tanh_().mul_(self.softcap) if self.softcap else x
 
     def canvas_masks(self, state: ContextState, canvas_length: int) -> dict:
         """Decoder attention masks for a canvas over the current context (built once per batch change)."""
