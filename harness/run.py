@@ -59,6 +59,13 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
         prompt = LM_EVAL_PROMPT_TOKENS
     canvas = sampler.canvas_length or config.canvas_length
     context = prompt + -(-ev.max_new_tokens // canvas) * canvas
+    limit = getattr(config.get_text_config(), "max_position_embeddings", None)
+    if limit and context > limit:
+        raise ValueError(
+            f"eval.max_new_tokens / sampler.canvas_length: the longest prompt ({prompt} tokens) plus "
+            f"{-(-ev.max_new_tokens // canvas)} canvases of {canvas} needs {context} positions, beyond the model's "
+            f"{limit} (max_position_embeddings)"
+        )
     dtype_bytes = memory.dtype_bytes_of(str(cfg.model.get("dtype", "auto")), config)
     free = memory.free_memory_bytes(str(cfg.model.get("device", "cpu")))
     kwargs = {"prompt_tokens": prompt, "attn_implementation": cfg.model.get("attn_implementation") or "sdpa"}

@@ -104,6 +104,7 @@ def test_fronts_never_mix_item_sets(tmp_path):
         (["eval=sudoku6", "eval.path=/no/such/puzzles.jsonl"], "not found"),
         (["eval.path={dup}"], "duplicate sample ids"),
         (["eval.path={empty}"], "no items"),
+        (["sampler.canvas_length=100000"], "max_position_embeddings"),
     ],
 )
 def test_bad_eval_inputs_fail_before_the_model_loads(tmp_path, overrides, message, monkeypatch):
