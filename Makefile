@@ -23,6 +23,7 @@ tiny-models: venv  ## tiny random checkpoints for smoke runs (outputs/tiny/)
 
 test: venv tiny-models  ## the whole test suite, then lint (CI runs this)
 	$(PY) -m pytest -q
+	@command -v bwrap >/dev/null || echo "WARNING: bubblewrap is missing: LiveCodeBench grading refuses to run and the sandbox tests were skipped (apt-get install -y bubblewrap)"
 	$(MAKE) --no-print-directory lint
 
 test-fast: venv  ## the edit-test loop (< 60 s on 2 cores): every test except those marked slow, sandbox or gpu

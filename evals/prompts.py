@@ -1,4 +1,10 @@
-"""Ad-hoc prompts from a local JSONL file: generations and decode figures, no correctness score."""
+"""Ad-hoc prompts from a local JSONL file: generations and decode figures, no correctness score.
+
+One JSON object per line: `{"id": ..., "prompt": "raw text"}` or `{"id": ..., "messages": [{"role": "user",
+"content": "..."}, ...]}` (rendered with the checkpoint's chat template). Anything else (a line that is not
+JSON, not an object, `"messages": "hello"`, a message without a string role and content, an empty prompt,
+bytes that are not UTF-8) fails naming the file and the line.
+"""
 
 from __future__ import annotations
 
@@ -21,14 +27,22 @@ class PromptsEval(Eval):
 
     def _load(self) -> list[EvalItem]:
         items = []
-        for n, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            prompt = row.get("messages") or row.get("prompt")
-            if not prompt:
-                raise ValueError(f"eval.path: {self.path}:{n} needs a 'prompt' string or a 'messages' list")
-            items.append(EvalItem(sample_id=str(row.get("id", n)), prompt=prompt, meta={"line": n}))
+        with self.path.open("rb") as f:
+            for n, raw in enumerate(f, 1):
+                where = f"eval.path: {self.path}:{n}"
+                try:
+                    line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{where}: not valid JSON: {e.msg} (column {e.colno})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{where}: expected a JSON object, got a JSON {type(row).__name__}")
+                items.append(EvalItem(sample_id=str(row.get("id", n)), prompt=_prompt(row, where), meta={"line": n}))
         return items[: self.limit] if self.limit else items
 
     def items(self) -> list[EvalItem]:
@@ -39,3 +53,23 @@ class PromptsEval(Eval):
 
     def summarize(self, scored: list[dict[str, Any]]) -> dict[str, Any]:
         return {"quality": None}
+
+
+def _prompt(row: dict[str, Any], where: str):
+    """A row's prompt: a non-empty 'prompt' string, or a non-empty 'messages' list of {role, content} strings."""
+    if "messages" in row and row["messages"] is not None:
+        messages = row["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise ValueError(
+                f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}} objects, got "
+                f"{messages!r:.80} (for raw text use 'prompt')"
+            )
+        for k, m in enumerate(messages):
+            well_formed = isinstance(m, dict) and isinstance(m.get("role"), str)
+            if not well_formed or not isinstance(m.get("content"), str | list):
+                raise ValueError(f"{where}: messages[{k}] needs a string 'role' and a 'content', got {m!r:.80}")
+        return messages
+    prompt = row.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError(f"{where}: needs a non-empty 'prompt' string or a 'messages' list, got {row!r:.80}")
+    return prompt

@@ -2,6 +2,9 @@
 
 A run dir is any folder holding `metrics.json` (written last, atomically, so its presence means the run
 finished); folders with `samples.jsonl` but no `metrics.json` are reported as incomplete, never mixed in.
+A `metrics.json` that cannot be read (truncated by a copy, garbled) is listed as broken, file named, and
+skipped: the other runs are still aggregated (the table's `attrs["broken"]` holds `(run dir, why)` pairs).
+Unreadable `samples.jsonl` lines are skipped and counted in `samples_bad_lines`.
 Each row carries the run identity (label, model, eval, seed, sampler knobs as `sampler.<knob>` columns; `eval` is
 the eval identity `<name>-n<items>-<item hash>`, so runs on other item sets are grouped apart),
 every scalar metric (nested dicts flattened as `key.sub`), steps-per-canvas statistics read back from
@@ -25,10 +28,14 @@ from typing import Any
 import pandas as pd
 
 from contract.records import decode_metrics
+from evals.diagnostics import run_diagnostics
 from harness.fronts import annotate_fronts
-from harness.store import METRICS, SAMPLES, read_metrics, read_samples
+from harness.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_samples
 
 ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
+# The failure-mode figures (evals.diagnostics) shown beside quality and TPF; `length_ratio_vs_ar` is filled in
+# here, per eval, where the table holds an AR run on the same items.
+DIAGNOSTIC_COLUMNS = ["stutter_rate", "mean_output_tokens", "length_ratio_vs_ar", "unclosed_thought_rate"]
 SAMPLER_PREFIX = "sampler."
 NUMERIC_COLUMNS = [
     "quality",
@@ -40,6 +47,7 @@ NUMERIC_COLUMNS = [
     "wall_time_s",
     "mean_steps_per_canvas",
     "step_cap_hit_rate",
+    *DIAGNOSTIC_COLUMNS,
 ]
 # What `format_table` prints by default: identity, then the varying sampler knobs, then the headline numbers.
 TABLE_ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler"]
@@ -50,6 +58,7 @@ TABLE_FIGURE_COLUMNS = [
     "nfe",
     "mean_steps_per_canvas",
     "step_cap_hit_rate",
+    *DIAGNOSTIC_COLUMNS,
     "on_front",
     "consistent",
 ]
@@ -124,7 +133,10 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     metrics = read_metrics(run_dir)
     run = metrics.get("run") or {}
     sampler = run.get("sampler") or {}
-    rows = read_samples(run_dir)
+    scan = scan_samples(run_dir / SAMPLES)
+    rows = list(scan.rows.values())
+    if scan.bad:
+        print(f"[aggregate] {run_dir / SAMPLES}: skipped {len(scan.bad)} unreadable line(s) ({scan.describe_bad()})")
     row: dict[str, Any] = {
         "run_name": run.get("run_name", run_dir.name),
         "label": run.get("label"),
@@ -140,6 +152,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     row.update({f"decoder.{k}": v for k, v in flatten(run.get("decoder") or {}).items() if "." not in k})
     row.update(steps_stats(rows))
     row["samples_rows"] = len(rows)
+    row["samples_bad_lines"] = len(scan.bad)
     row["consistent"] = _consistent(metrics, rows)
     row["run_dir"] = str(run_dir)
     return row
@@ -150,16 +163,27 @@ def collect(paths: Iterable[str | Path]) -> pd.DataFrame:
     dirs = find_run_dirs(paths)
     for d in dirs.incomplete:
         print(f"[aggregate] skipping incomplete run (no {METRICS}): {d}")
-    df = pd.DataFrame([load_run(d) for d in dirs.complete])
+    loaded, broken = [], []
+    for d in dirs.complete:
+        try:
+            loaded.append(load_run(d))
+        except UnreadableFile as e:  # one bad file must not hide every other run
+            print(f"[aggregate] skipping broken run ({e}): {d}")
+            broken.append((str(d), str(e)))
+    df = pd.DataFrame(loaded)
     if df.empty:
-        return pd.DataFrame(columns=ID_COLUMNS + ["quality", "tpf", "tokens_per_second", "run_dir"])
+        df = pd.DataFrame(columns=ID_COLUMNS + ["quality", "tpf", "tokens_per_second", "run_dir"])
+        df.attrs["broken"] = broken
+        return df
     for c in NUMERIC_COLUMNS:  # an eval without a score stores quality null: NaN, so it sorts/plots as missing
         if c in df:
             df[c] = pd.to_numeric(df[c], errors="coerce")
     first = [c for c in ID_COLUMNS if c in df] + sorted(c for c in df if c.startswith(SAMPLER_PREFIX))
     df = df[first + [c for c in df if c not in first]]
     df = df.sort_values(["eval", "model", "label", "run_name"], na_position="last", kind="stable")
-    return df.reset_index(drop=True)
+    df = df.reset_index(drop=True)
+    df.attrs["broken"] = broken
+    return df
 
 
 def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
@@ -187,11 +211,45 @@ def summarize(
     paths: Iterable[str | Path], out_dir: str | Path, tpf_range: tuple[float, float] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """Collect, mark Pareto fronts and area under them, write summary.{csv,parquet} and fronts.csv."""
-    table, fronts = annotate_fronts(collect(paths), tpf_range=tpf_range)
+    runs = collect(paths)
+    table, fronts = annotate_fronts(runs, tpf_range=tpf_range)
+    add_diagnostics(table)
+    table.attrs["broken"] = runs.attrs.get("broken", [])
     files = write_table(table, out_dir, "summary")
     fronts_csv = Path(out_dir) / "fronts.csv"
     fronts.to_csv(fronts_csv, index=False)
     return table, fronts, files + [fronts_csv]
+
+
+def add_diagnostics(table: pd.DataFrame) -> pd.DataFrame:
+    """In place (and returned): the failure-mode figures of every run, and `length_ratio_vs_ar` per eval.
+
+    Runs stored before diagnostics existed get theirs from `samples.jsonl` (`evals.diagnostics.run_diagnostics`).
+    `length_ratio_vs_ar` = a run's mean output tokens / that of the AR runs (label `ar`, averaged when there are
+    several) on the same eval identity, i.e. the same items; left empty where the eval has no AR run.
+    """
+    from harness.store import read_samples
+
+    if table.empty or "run_dir" not in table:
+        return table
+    missing = table["stutter_rate"].isna() if "stutter_rate" in table else pd.Series(True, index=table.index)
+    for i in table.index[missing]:
+        try:
+            figures = run_diagnostics(read_samples(table.at[i, "run_dir"]))
+        except (OSError, ValueError) as e:
+            print(f"[aggregate] no diagnostics for {table.at[i, 'run_dir']}: {e}")
+            continue
+        for k, v in figures.items():
+            if k not in table or pd.isna(table.at[i, k]):
+                table.loc[i, k] = v
+    if "mean_output_tokens" not in table or "label" not in table:
+        return table
+    lengths = pd.to_numeric(table["mean_output_tokens"], errors="coerce")
+    for _, g in table.groupby("eval", sort=False, dropna=False):
+        ar = lengths[g.index][(g["label"] == "ar").to_numpy()].dropna()
+        if len(ar) and ar.mean() > 0:
+            table.loc[g.index, "length_ratio_vs_ar"] = lengths[g.index] / ar.mean()
+    return table
 
 
 def varying_knobs(df: pd.DataFrame) -> list[str]:
@@ -213,6 +271,10 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     if not fronts.empty:
         print("\nArea under the quality-vs-TPF front (AUP, quality units; front = tpf:quality points):")
         print(fronts.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if broken := table.attrs.get("broken"):
+        print(f"\n{len(broken)} broken run(s), not in the table:")
+        for run_dir, why in broken:
+            print(f"  {run_dir}: {why}")
 
 
 def cli_parser(module: str, doc: str, out: str, out_help: str) -> argparse.ArgumentParser:

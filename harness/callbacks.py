@@ -2,7 +2,8 @@
 returned (any launcher): it aggregates the sweep dir, writes the table and the Pareto figures under
 `<sweep dir>/<subdir>`, prints the table, and hands both to the configured logger (W&B: one summary run
 in the sweep's group). Hydra skips `on_multirun_end` when a job fails; run `python -m harness.pareto
-<sweep dir>` by hand then (finished runs are still aggregated, unfinished ones are listed).
+<sweep dir>` by hand then (finished runs are still aggregated, unfinished ones are listed). A run whose
+`metrics.json` cannot be read is listed as broken, its file named, and the others are still summarized.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ class SweepSummary(Callback):
             return
         report = make_report([sweep_dir], out_dir, self.tpf_range, self.max_trajectories)
         print(f"\n[sweep summary] {sweep_dir}")
-        print_summary(report.table, report.fronts)
+        print_summary(report.table, report.fronts)  # lists runs whose metrics.json is broken, file named
+        if report.table.empty:
+            print(f"[sweep summary] no readable finished runs under {sweep_dir}; nothing to log")
+            return
         print(f"[sweep summary] wrote {len(report.files)} files under {out_dir}")
         logger: RunLogger = instantiate(config.logger) if config.get("logger") else NoLogger()
         logger.log_sweep(

@@ -16,6 +16,7 @@ from contract.records import (
     stale_inputs_error,
 )
 from contract.text import sample_seed
+from evals.diagnostics import run_diagnostics, sample_diagnostics
 
 
 def checked_items(ev) -> list:
@@ -57,7 +58,8 @@ def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None
 
     def make_row(res) -> dict[str, Any]:
         it = todo[res.sample_id]
-        return {**res.to_dict(), "item_sha": shas[it.sample_id], "meta": it.meta, **ev.score(it, res.text)}
+        row = {**res.to_dict(), "item_sha": shas[it.sample_id], "meta": it.meta, **ev.score(it, res.text)}
+        return {**row, **sample_diagnostics(row)}
 
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=f"{ev.name} [{decoder.label}]", unit="sample")
     tokens = sum(r["num_tokens"] for r in done.values())
@@ -69,4 +71,9 @@ def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None
         bar.set_postfix(tpf=f"{tokens / max(1, nfe):.2f}")
     bar.close()
     rows = [done[i] for i in ids]
-    return {**decode_metrics(rows), **ev.summarize(rows), "items_sha": items_sha(list(shas.values()))}
+    return {
+        **decode_metrics(rows),
+        **run_diagnostics(rows),
+        **ev.summarize(rows),
+        "items_sha": items_sha(list(shas.values())),
+    }

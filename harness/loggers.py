@@ -7,14 +7,31 @@ W&B facts this relies on (wandb 0.31): without a key it must run offline (files 
 returns the previous unfinished run unless `reinit="finish_previous"`, so every job finishes its run and
 every init asks for a fresh one. Offline runs write no `wandb-summary.json`: `read_offline_run` replays
 the `.wandb` record log (LevelDB-style blocks of wandb's own `Record` protobufs) to read them back.
+
+No network (a compute node with a key but no route out): `wandb.init` online waits about 90 s and then
+raises, which would kill the job before it decodes. So online mode first probes the server (a TCP connect
+to `WANDB_BASE_URL`'s host, or to the HTTPS proxy when one is set, at most `probe_timeout` s, DNS included);
+when it cannot be reached, or when `wandb.init` still fails within `init_timeout` s (wandb adds ~10 s of its
+own for the resume check), the run goes offline with a warning and the job decodes as usual (`wandb sync`
+uploads it later). Bound: about `probe_timeout + init_timeout + 15` s, 1-2 s when nothing answers.
+
+One W&B run per run dir: the run id is a hash of the project and the run dir's absolute path (the sweep
+summary: of its folder), and runs are opened with `resume="allow"`, so re-running a finished config
+updates its W&B run instead of opening a duplicate.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import netrc
 import os
+import socket
 import struct
+import threading
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,6 +41,9 @@ if TYPE_CHECKING:
     import pandas as pd  # only the sweep summary and read-back touch pandas; jobs need not import it
 
 SAMPLE_COLUMNS = ["sample_id", "text", "correct", "tpf", "nfe", "num_tokens", "finished_by"]
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+
+log = logging.getLogger(__name__)
 
 
 class RunLogger(Protocol):
@@ -54,7 +74,7 @@ def has_wandb_api_key() -> bool:
     """A W&B key in the environment or in the netrc entry for the configured host (as `wandb login` writes)."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    host = urlparse(os.environ.get("WANDB_BASE_URL", DEFAULT_BASE_URL)).hostname or "api.wandb.ai"
     path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
     try:
         auth = netrc.netrc(path).authenticators(host)
@@ -68,6 +88,37 @@ def resolve_mode(mode: str) -> str:
     if mode != "auto":
         return mode
     return os.environ.get("WANDB_MODE") or ("online" if has_wandb_api_key() else "offline")
+
+
+def server_unreachable(base_url: str | None = None, timeout: float = 5.0) -> str | None:
+    """Why the W&B server cannot be reached (None when a TCP connection opens within `timeout` s, name lookup
+    included): the server of `base_url` (default `WANDB_BASE_URL`, else api.wandb.ai), or the proxy that
+    `HTTPS_PROXY` / `HTTP_PROXY` name for it (unless `NO_PROXY` exempts the host)."""
+    url = urlparse(base_url or os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        p = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = p.hostname or "", p.port or 80
+    result: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result.append(None)
+        except OSError as e:
+            result.append(f"{host}:{port}: {type(e).__name__}: {e}")
+
+    worker = threading.Thread(target=connect, daemon=True)  # a hanging name lookup cannot hold the job
+    worker.start()
+    worker.join(timeout)
+    return result[0] if result else f"{host}:{port}: no answer within {timeout:g} s"
+
+
+def run_id(run_dir: str | Path, project: str) -> str:
+    """The W&B run id of a run dir: the same dir (re-running the same config) gives the same W&B run."""
+    key = f"{project}\n{Path(run_dir).resolve()}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def _truncate(text: Any, n: int) -> str:
@@ -85,24 +136,47 @@ class WandbLogger:
         mode: str = "auto",
         tags: list[str] | None = None,
         text_chars: int = 300,
+        init_timeout: float = 30.0,
+        probe_timeout: float = 5.0,
     ):
         self.project, self.entity, self.mode = project, entity, mode
         self.tags = list(tags or [])
         self.text_chars = text_chars
+        self.init_timeout, self.probe_timeout = float(init_timeout), float(probe_timeout)
         self.run = None
 
     def _init(self, **kwargs: Any):
+        """`wandb.init` for the folder `kwargs["dir"]` (deterministic id, resumed); online falls back to
+        offline, with a warning, when the server cannot be reached or init fails (see the module docstring)."""
         import wandb  # imported on use: NoLogger runs never pay for it
 
         Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
-        return wandb.init(
+        mode = resolve_mode(self.mode)
+        args = dict(
             project=self.project,
             entity=self.entity,
-            mode=resolve_mode(self.mode),
             tags=self.tags,
             reinit="finish_previous",
+            id=run_id(kwargs["dir"], self.project),
+            resume="allow",
             **kwargs,
         )
+        if mode != "online":
+            return wandb.init(mode=mode, **args)
+        t0 = time.monotonic()
+        why = server_unreachable(timeout=self.probe_timeout)
+        if why is None:
+            try:
+                return wandb.init(mode=mode, settings=wandb.Settings(init_timeout=self.init_timeout), **args)
+            except Exception as e:  # wandb raises CommError, AuthenticationError, ... when init fails
+                why = f"wandb.init failed after {time.monotonic() - t0:.0f} s: {type(e).__name__}: {e}"
+                wandb.teardown()  # the failed attempt still holds the run id in wandb's service process
+        log.warning(
+            "W&B server unreachable (%s); logging offline to %s instead (upload it later with `wandb sync`)",
+            why,
+            Path(kwargs["dir"]) / "wandb",
+        )
+        return wandb.init(mode="offline", **args)
 
     def start(self, run_name: str, group: str | None, config: dict[str, Any], run_dir: str) -> None:
         self.run = self._init(

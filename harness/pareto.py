@@ -6,7 +6,8 @@ Points are labelled with the sampler knobs that vary between the plotted runs, s
 (`samplers.knobs`).
 
 CLI: `python -m harness.pareto PATH... --out outputs/plots` writes the run table (see harness.aggregate),
-per eval `pareto_<eval>_tpf.{png,svg}` and `pareto_<eval>_tokens_per_second.{png,svg}`, and per run
+per eval `pareto_<eval>_tpf.{png,svg}`, `pareto_<eval>_tokens_per_second.{png,svg}` and
+`diagnostics_<eval>.{png,svg}` (stutter rate, output length, step-cap rate vs TPF per sampler family), and per run
 `runs/<run>_steps.{png,svg}` (steps per canvas, step cap marked) and `runs/<run>_canvas_<sample>.{png,svg}`
 (canvas evolution, when trajectories were captured). `make_report` is the same, as a function.
 """
@@ -104,6 +105,69 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
     ax.margins(x=0.1, y=0.08)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+DIAGNOSTIC_PANELS = {
+    "stutter_rate": "stutter rate (samples with a repeat loop)",
+    "mean_output_tokens": "mean output tokens",
+    "step_cap_hit_rate": "step-cap hit rate (canvases)",
+}
+
+
+def sampler_family(row: pd.Series) -> str:
+    """The series a run belongs to in the diagnostics figure: its sampler (diffusion) or its baseline kind."""
+    if row["label"] != "diffusion":
+        return LABEL_NAMES.get(row["label"], str(row["label"]))
+    return str(row.get("sampler") or "diffusion")
+
+
+def diagnostics_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) -> Figure:
+    """Small multiples for the runs of one eval: stutter rate, mean output length and step-cap hit rate vs `x`,
+    one line per sampler family (per model when several), baselines as markers. AR runs have no canvases, so
+    they are left out of the step-cap panel."""
+    fig = Figure(figsize=(13, 4.2), layout="constrained")
+    axes = fig.subplots(1, len(DIAGNOSTIC_PANELS), sharex=True)
+    several_models = df["model"].nunique(dropna=False) > 1 if len(df) else False
+    series = df.assign(_family=[sampler_family(r) for _, r in df.iterrows()]) if len(df) else df
+    for ax, (col, name) in zip(axes, DIAGNOSTIC_PANELS.items(), strict=True):
+        if col not in df or pd.to_numeric(df[col], errors="coerce").isna().all():
+            ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", va="center", color="0.5")
+        else:
+            for si, ((model, family), g) in enumerate(series.groupby(["model", "_family"], sort=True, dropna=False)):
+                if col == "step_cap_hit_rate" and "num_canvases" in g:
+                    g = g[pd.to_numeric(g["num_canvases"], errors="coerce").fillna(0) > 0]
+                g = g.assign(_y=pd.to_numeric(g[col], errors="coerce")).dropna(subset=[x, "_y"]).sort_values(x)
+                if g.empty:
+                    continue
+                label = g["label"].iloc[0]
+                ax.plot(
+                    g[x],
+                    g["_y"],
+                    marker=MARKERS.get(label, "X"),
+                    linestyle="-" if label == "diffusion" else "none",
+                    markersize=6 if label == "diffusion" else 9,
+                    markeredgecolor="black",
+                    markeredgewidth=0.5,
+                    color=f"C{si % 10}",
+                    label=f"{model} · {family}" if several_models else family,
+                )
+        ax.set_xlabel(X_AXES.get(x, x))
+        ax.set_title(name, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.margins(x=0.08, y=0.1)
+        if col.endswith("_rate"):  # shares: from 0, and a flat 0 line stays readable
+            ax.set_ylim(-0.02, max(0.1, ax.get_ylim()[1]))
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:  # one legend for the figure: every family that appears in any panel
+        for h, lbl in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lbl not in labels:
+                handles.append(h)
+                labels.append(lbl)
+    if handles:
+        axes[-1].legend(handles, labels, fontsize=7, loc="best")
+    ev = df["eval"].iloc[0] if len(df) else ""
+    fig.suptitle(title or f"{ev}: failure modes vs {X_AXES.get(x, x)}", fontsize=10)
     return fig
 
 
@@ -221,6 +285,7 @@ def make_report(
     table, fronts, files = summarize(paths, out_dir, tpf_range)
     report = Report(table, fronts, list(files))
     for ev, g in table.groupby("eval", sort=True):
+        report.files += save_figure(diagnostics_figure(g), out_dir, f"diagnostics_{safe_stem(ev)}")
         if g["quality"].isna().all():
             print(f"[pareto] eval {ev!r} has no quality scores: no Pareto plot")
             continue

@@ -7,12 +7,21 @@ into the same directory skips the samples already present (resume).
 
 This module is the one reader of both files: `read_samples` / `read_metrics` (read-only, for aggregation
 and plots) and `ResultStore.load` (the resume path, which also drops the bad lines from the file).
+A bad line is one that is not a JSON object with a string `sample_id` and numeric `num_tokens`, `nfe` and
+`wall_time_s` (a torn last line, `{}`, `null`, bytes that are not UTF-8, ...). Nothing is dropped silently:
+`load` logs a warning naming the file and the line numbers and, before rewriting the file, keeps a copy of
+the original bytes beside it as `samples.jsonl.bad-<timestamp>`. A `metrics.json` that cannot be read raises
+`UnreadableFile`, which names the file (aggregation lists such runs as broken and goes on).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +31,14 @@ SAMPLES = "samples.jsonl"
 METRICS = "metrics.json"
 IDENTITY = "identity.json"
 LOCK = ".lock"
+# the numbers every stored sample carries (`GenerationResult.to_dict`) and resume and the metrics sum over
+ROW_NUMBERS = ("num_tokens", "nfe", "wall_time_s")
+
+log = logging.getLogger(__name__)
+
+
+class UnreadableFile(ValueError):
+    """A result file that exists but cannot be read (truncated, not UTF-8, not the expected JSON); names the file."""
 
 
 class RunDirBusy(RuntimeError):
@@ -75,12 +92,22 @@ class ResultStore:
         atomic_write(path, json.dumps({**old, **identity}, indent=2, sort_keys=True, default=str))
 
     def load(self) -> dict[str, dict[str, Any]]:
-        """Finished samples by id (first row per id wins). Drops every bad line, not only a torn last one
-        left by a crash: a line that is not valid JSON or lacks its newline; the file is rewritten without them."""
-        rows, good_lines, bad = _scan(self.samples_path)
-        if bad:
-            atomic_write(self.samples_path, "".join(good_lines))
-        return rows
+        """Finished samples by id (first row per id wins). Drops every bad line (see the module docstring), not
+        only a torn last one left by a crash, and says so: a warning names the file and the line numbers, and
+        the original file is kept as `samples.jsonl.bad-<timestamp>` before it is rewritten without them."""
+        scan = scan_samples(self.samples_path)
+        if scan.bad:
+            backup = _backup_path(self.samples_path)
+            shutil.copy2(self.samples_path, backup)
+            log.warning(
+                "%s: dropped %d unreadable line(s) (%s); they will be decoded again. The original file is kept as %s",
+                self.samples_path,
+                len(scan.bad),
+                scan.describe_bad(),
+                backup,
+            )
+            atomic_write(self.samples_path, b"".join(scan.good_lines).decode("utf-8"))
+        return scan.rows
 
     def append(self, row: dict[str, Any]) -> None:
         with open(self.samples_path, "a", encoding="utf-8") as f:
@@ -97,35 +124,82 @@ class ResultStore:
             p.unlink(missing_ok=True)
 
 
-def _scan(path: Path) -> tuple[dict[str, dict[str, Any]], list[str], int]:
-    """Rows of a samples.jsonl by sample id (first wins), the good lines, and how many lines were bad
-    (not valid JSON, or missing the newline that `append` writes last)."""
-    rows: dict[str, dict[str, Any]] = {}
-    good_lines: list[str] = []
-    bad = 0
+@dataclass
+class SamplesScan:
+    """A samples.jsonl read line by line: rows by sample id (first wins), the good lines' bytes, and the bad
+    lines as (line number, why)."""
+
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    good_lines: list[bytes] = field(default_factory=list)
+    bad: list[tuple[int, str]] = field(default_factory=list)
+
+    def describe_bad(self, at_most: int = 10) -> str:
+        shown = "; ".join(f"line {n}: {why}" for n, why in self.bad[:at_most])
+        return shown + (f"; and {len(self.bad) - at_most} more" if len(self.bad) > at_most else "")
+
+
+def _row_problem(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    """The row a samples.jsonl line holds, or None and why it is bad."""
+    if not line.endswith(b"\n"):
+        return None, "torn last line (no newline: a crash mid-write)"
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"not UTF-8 ({e.reason} at byte {e.start})"
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON: {e.msg} (column {e.colno})"
+    if not isinstance(row, dict):
+        return None, f"a JSON {type(row).__name__}, not an object"
+    if not isinstance(row.get("sample_id"), str) or not row["sample_id"]:
+        return None, "no sample_id string"
+    missing = [k for k in ROW_NUMBERS if isinstance(row.get(k), bool) or not isinstance(row.get(k), int | float)]
+    if missing:
+        return None, f"no number for {', '.join(missing)}"
+    return row, ""
+
+
+def scan_samples(path: str | Path) -> SamplesScan:
+    """Read a samples.jsonl (see `SamplesScan`); an empty scan when there is no file."""
+    scan = SamplesScan()
+    path = Path(path)
     if not path.exists():
-        return rows, good_lines, bad
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                bad += 1
+        return scan
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            row, why = _row_problem(line)
+            if row is None:
+                scan.bad.append((n, why))
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            rows.setdefault(row["sample_id"], row)
-            good_lines.append(line)
-    return rows, good_lines, bad
+            scan.rows.setdefault(row["sample_id"], row)
+            scan.good_lines.append(line)
+    return scan
+
+
+def _backup_path(path: Path) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    backup, k = path.with_name(f"{path.name}.bad-{stamp}"), 1
+    while backup.exists():
+        backup, k = path.with_name(f"{path.name}.bad-{stamp}-{k}"), k + 1
+    return backup
 
 
 def read_samples(run_dir: str | Path) -> list[dict[str, Any]]:
     """A run dir's samples.jsonl rows, read-only (the file is never rewritten): first row per sample id
-    wins, bad lines are skipped (see `ResultStore.load`); [] when there is no file."""
-    return list(_scan(Path(run_dir) / SAMPLES)[0].values())
+    wins, bad lines are skipped (see `ResultStore.load`; `scan_samples` lists them); [] when there is no file."""
+    return list(scan_samples(Path(run_dir) / SAMPLES).rows.values())
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, Any]:
-    """A finished run dir's metrics.json."""
-    return json.loads((Path(run_dir) / METRICS).read_text(encoding="utf-8"))
+    """A finished run dir's metrics.json; `UnreadableFile` (naming the file) when it is truncated or garbled."""
+    path = Path(run_dir) / METRICS
+    try:
+        metrics = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UnreadableFile(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise UnreadableFile(f"{path}:{e.lineno}: not valid JSON: {e.msg} (column {e.colno})") from None
+    if not isinstance(metrics, dict):
+        raise UnreadableFile(f"{path}: a JSON {type(metrics).__name__}, not an object")
+    return metrics

@@ -68,3 +68,15 @@ def adapter_factory():
         return cache[key]
 
     return make
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Sandbox tests skipped for want of bubblewrap must not pass unnoticed."""
+    missing = [r for r in terminalreporter.stats.get("skipped", []) if "BUBBLEWRAP MISSING" in str(r.longrepr)]
+    if missing:
+        terminalreporter.write_sep(
+            "!",
+            f"{len(missing)} SANDBOX TESTS DID NOT RUN: bubblewrap is missing (apt-get install -y bubblewrap)",
+            red=True,
+            bold=True,
+        )

@@ -90,17 +90,58 @@ def test_one_samples_reader_drops_every_bad_line(tmp_path):
     bad line is dropped, not only a torn last one; only load rewrites the file."""
     from harness.store import read_samples
 
+    def row(sid: str, n: int) -> dict:
+        return {"sample_id": sid, "n": n, "num_tokens": 1, "nfe": 1, "wall_time_s": 0.0}
+
     store = ResultStore(tmp_path / "run")
-    store.append({"sample_id": "a", "n": 1})
+    store.append(row("a", 1))
     with store.samples_path.open("a") as f:
         f.write("not json\n")
-    store.append({"sample_id": "b", "n": 2})
-    store.append({"sample_id": "a", "n": 3})  # a duplicate: the first row stays
+    store.append(row("b", 2))
+    store.append(row("a", 3))  # a duplicate: the first row stays
     with store.samples_path.open("a") as f:
         f.write('{"sample_id": "c"')  # torn last line
     before = store.samples_path.read_text()
-    assert read_samples(store.run_dir) == [{"sample_id": "a", "n": 1}, {"sample_id": "b", "n": 2}]
+    assert read_samples(store.run_dir) == [row("a", 1), row("b", 2)]
     assert store.samples_path.read_text() == before
-    assert store.load() == {"a": {"sample_id": "a", "n": 1}, "b": {"sample_id": "b", "n": 2}}
+    assert store.load() == {"a": row("a", 1), "b": row("b", 2)}
     assert "not json" not in store.samples_path.read_text() and store.samples_path.read_text().endswith("\n")
     assert read_samples(tmp_path / "nothing_here") == []
+
+
+def _truncate_metrics(run_dir: Path) -> Path:
+    """metrics.json cut mid-file, as an interrupted copy or a full disk leaves it."""
+    path = run_dir / "metrics.json"
+    path.write_text(path.read_text()[:40])
+    return path.resolve()
+
+
+def test_a_broken_metrics_file_is_listed_and_the_other_runs_aggregated(tmp_path, capsys):
+    """Issue 16 item 10: one truncated metrics.json crashed the whole aggregation with an unnamed JSONDecodeError."""
+    from harness.aggregate import main
+
+    sweep = make_sweep(tmp_path)
+    broken = _truncate_metrics(sweep / "b0.1")
+    (sweep / "b0.5" / "metrics.json").write_bytes(b"\xff\xfe{}")  # not UTF-8
+    df = collect([sweep])
+    assert sorted(df["run_name"]) == ["ar", "ar_mtp", "b0.05"]
+    assert [(Path(d).name, why.split(": ", 1)[0]) for d, why in df.attrs["broken"]] == [
+        ("b0.1", f"{broken}:3"),  # the file and the line where it breaks off
+        ("b0.5", str((sweep / "b0.5" / "metrics.json").resolve())),
+    ]
+    out = capsys.readouterr().out
+    assert f"skipping broken run ({broken}:3: not valid JSON" in out and "not UTF-8" in out
+
+    main([str(sweep), "--out", str(tmp_path / "summary")])  # the CLI: exit 0, table written, broken runs named
+    out = capsys.readouterr().out
+    assert "2 broken run(s), not in the table:" in out and f"{broken}:3: not valid JSON" in out
+    assert len(pd.read_csv(tmp_path / "summary" / "summary.csv")) == 3
+
+
+def test_unreadable_sample_lines_are_counted_in_the_table(tmp_path, capsys):
+    run = make_run_dir(tmp_path, "r", [(16, 4, 1, [2, 2]), (8, 4, 0, [2])], sampler={"name": "entropy_bound"})
+    lines = (run / "samples.jsonl").read_text().splitlines(keepends=True)
+    (run / "samples.jsonl").write_text(lines[0] + "{}\n" + lines[1])
+    row = collect([tmp_path]).iloc[0]
+    assert row["samples_rows"] == 2 and row["samples_bad_lines"] == 1 and row["consistent"]
+    assert "samples.jsonl: skipped 1 unreadable line(s) (line 2: no sample_id string)" in capsys.readouterr().out

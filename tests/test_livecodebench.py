@@ -1,22 +1,27 @@
-"""LiveCodeBench: data decoding and release selection, prompts, comparison, sandboxed grading, pass@k,
-the eval (Hydra-instantiated) and the grading CLI, all on fixture files written for this project."""
+"""LiveCodeBench: data decoding and release selection, prompts, comparison, sandboxed grading in both modes
+(`official` run semantics and `strict` plain runs, on programs written for this project), pass@k, the eval
+(Hydra-instantiated) and the grading CLI, all on fixture files written for this project."""
 
 from __future__ import annotations
 
 import base64
 import json
 import pickle
+import shutil
 import subprocess
 import sys
 import zlib
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from evals.livecodebench.compare import functional_matches, stdout_matches
+from evals.livecodebench import grade as grade_cli
+from evals.livecodebench.compare import decode_typed, functional_matches, functional_verdict, stdout_matches
 from evals.livecodebench.data import decode_tests, load_problems, read_jsonl, release_files
+from evals.livecodebench.driver import official_stdin_source, typed
 from evals.livecodebench.grader import Grader, GradingConfig
 from evals.livecodebench.passk import mean_pass_at_k, pass_at_k
 from evals.livecodebench.prompts import SYSTEM_MESSAGE, build_prompt, extract_code
@@ -25,8 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "livecodebench"
 sys.path.insert(0, str(FIX))
 import make_fixtures as mf  # noqa: E402  (the fixture programs)
+import semantics as sem  # noqa: E402  (programs for the official-vs-plain run differences)
 
 pytestmark = pytest.mark.timeout(120)
+# Loud on purpose: grading refuses to run without bubblewrap, so these tests cannot run either.
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="BUBBLEWRAP MISSING: sandbox tests not run; apt-get install -y bubblewrap"
+)
+MODES = ("official", "strict")
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +45,14 @@ def problems():
     return {p.question_id: p for p in load_problems(FIX, "release_v2")}
 
 
+@pytest.fixture(scope="module", params=MODES)
+def grader(request):
+    return Grader(GradingConfig(timeout_s=1.0, grading=request.param))
+
+
 @pytest.fixture(scope="module")
-def grader():
-    return Grader(GradingConfig(timeout_s=1.0))
+def graders():
+    return {mode: Grader(GradingConfig(timeout_s=2.0, grading=mode)) for mode in MODES}
 
 
 # -- data --------------------------------------------------------------------------------------------
@@ -126,6 +142,7 @@ def test_stdout_comparison_rules():
 
 
 @pytest.mark.sandbox
+@needs_bwrap
 @pytest.mark.parametrize(
     "qid, code, status",
     [
@@ -153,6 +170,7 @@ def test_stdout_comparison_rules():
 def test_grading_outcomes(problems, grader, qid, code, status):
     res = grader.grade(problems[qid], code)
     assert res.status == status, res
+    assert res.grading == grader.config.grading
     assert res.passed == (status == "passed")
     assert res.num_passed == (res.num_tests if res.passed else 0)
     if status not in ("passed", "no_code"):
@@ -162,6 +180,7 @@ def test_grading_outcomes(problems, grader, qid, code, status):
 
 
 @pytest.mark.sandbox
+@needs_bwrap
 def test_functional_tuples_count_as_lists(grader):
     from datetime import datetime
 
@@ -184,12 +203,105 @@ def test_functional_tuples_count_as_lists(grader):
 
 
 @pytest.mark.sandbox
-def test_all_tests_run_without_early_stop(problems):
-    res = Grader(GradingConfig(timeout_s=1.0, stop_at_first_failure=False)).grade(
+@needs_bwrap
+@pytest.mark.parametrize("mode", MODES)
+def test_all_tests_run_without_early_stop(problems, mode):
+    res = Grader(GradingConfig(timeout_s=1.0, stop_at_first_failure=False, grading=mode)).grade(
         problems["fx_sum_max"], "n = int(input())\nprint(5)\nprint(5)\n"
     )
     assert [t.status for t in res.tests] == ["wrong_answer", "passed", "wrong_answer", "wrong_answer"]
     assert res.num_passed == 1 and res.status == "wrong_answer"
+    # a test that had to be killed costs the runner; the remaining tests still run (official: in a fresh one)
+    slow = "import time\nn = int(input())\nif n == 3:\n    time.sleep(5)\nprint(5)\nprint(5)\n"
+    res = Grader(GradingConfig(timeout_s=1.0, stop_at_first_failure=False, grading=mode)).grade(
+        problems["fx_sum_max"], slow
+    )
+    assert [t.status for t in res.tests] == ["timeout", "passed", "wrong_answer", "wrong_answer"]
+
+
+# -- the official grader's run semantics vs a plain run (programs in fixtures/livecodebench/semantics.py) --
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", sem.CASES, ids=[c[0] for c in sem.CASES])
+def test_run_semantics(graders, case, mode):
+    name, key, code, want_official, want_strict = case
+    res = graders[mode].grade(sem.PROBLEMS[key], code)
+    want = want_official if mode == "official" else want_strict
+    assert res.status == want, (name, mode, res.tests[0].detail[-800:])
+    assert res.grading == mode and "numpy" in res.interpreter
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.parametrize("mode", MODES)
+def test_unjoined_thread_is_waited_for_every_time(graders, mode):
+    """The verdict must not depend on timing: the old driver exited under the thread (random verdicts)."""
+    cases = {c[0]: c for c in sem.CASES}
+    for name in ("thread_unjoined", "thread_unjoined_slow"):
+        code = cases[name][2]
+        statuses = [graders[mode].grade(sem.PROBLEMS["sum"], code).status for _ in range(5)]
+        assert statuses == ["passed"] * 5, (name, statuses)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_official_mode_keeps_one_process_and_one_solution_for_all_tests(graders, problems):
+    counter = (
+        "class Solution:\n    calls = 0\n    def countPairs(self, nums, target):\n        Solution.calls += 1\n"
+        "        self.seen = getattr(self, 'seen', 0) + 1\n"
+        "        return Solution.calls * 100 + self.seen\n"
+    )
+    p = problems["fx_pairs"]
+    from evals.livecodebench.data import Problem, TestCase
+
+    probe = Problem(p.question_id, "", "", "", "", p.contest_date, "", "", [], [], {"func_name": "countPairs"})
+    probe.public_tests = [TestCase(t.input, out, "functional") for t, out in zip(p.tests, ["101", "202", "303"])]
+    assert graders["official"].grade(probe, counter).passed
+    res = graders["strict"].grade(probe, counter)
+    assert [t.status for t in res.tests[:2]] == ["passed", "wrong_answer"]
+
+
+def test_official_stdin_wrapping():
+    wrapped = official_stdin_source(
+        "import sys\nx = 1\nfrom math import gcd\nif __name__ == '__main__':\n    print(x)\n"
+    )
+    assert wrapped.startswith("import sys\nfrom math import gcd\ndef wrapped_function():\n    x = 1\n    print(x)")
+    not_last = official_stdin_source("if __name__ == '__main__':\n    print(1)\ny = 2\n")
+    assert "if __name__ == '__main__':" in not_last  # only a final guard is unwrapped
+    assert official_stdin_source("def broken(:\n") == "def broken(:\n"
+
+
+def test_typed_values_compare_with_python_equality():
+    def verdict(value, want):
+        got = typed(value)
+        want_text = sem.digits(want) if isinstance(want, int) and not isinstance(want, bool) else json.dumps(want)
+        got_text = sem.digits(got) if isinstance(got, int) and not isinstance(got, bool) else json.dumps(got)
+        return functional_verdict(got_text, want_text)
+
+    assert verdict([[0, 3], [1, 2]], [[0, 3], [1, 2]]) == "passed"
+    assert verdict([(0, 3), (1, 2)], [[0, 3], [1, 2]]) == "wrong_answer"  # a list of tuples is not a list of lists
+    assert verdict({1: 2}, {"1": 2}) == "wrong_answer" and verdict({"1": 2}, {"1": 2}) == "passed"
+    assert verdict({1, 2}, [1, 2]) == "wrong_answer"
+    assert verdict(2.0, 2) == "passed" and verdict(True, 1) == "passed" and verdict(0.1 + 0.2, 0.3) == "wrong_answer"
+    assert verdict(Fraction(1, 2), 0.5) == "passed"
+    assert verdict(3**30000, 3**30000) == "passed" and verdict(3**30000, 3**30000 + 1) == "wrong_answer"
+    assert verdict(float("nan"), 1) == "wrong_answer"
+    assert decode_typed(typed({(1, 2): frozenset({3})})) == {(1, 2): frozenset({3})}
+    assert functional_verdict('{"~": "ndarray", "size": 3, "v": [1, 2, 3]}', "[1, 2, 3]") == "runtime_error"
+    assert functional_verdict('{"~": "ndarray", "size": 1, "v": [4]}', "4") == "passed"
+    assert functional_verdict('{"~": "other", "type": "collections.deque"}', "[1]") == "wrong_answer"
+    for junk in ("not json", '{"~": "dict", "v": [[[1], 2]]}', '{"~": "tuple"}', "[" * 100000):
+        assert functional_verdict(junk, "1") == "wrong_answer"
+    assert functional_matches(json.dumps([[1, 2]]), json.dumps([[1, 2]]))  # strict: plain JSON
+    assert functional_matches(sem.digits(3**30000), sem.digits(3**30000))
+
+
+def test_grading_mode_is_validated():
+    with pytest.raises(ValueError, match="grading must be one of"):
+        GradingConfig(grading="lenient")
 
 
 # -- pass@k --------------------------------------------------------------------------------------------
@@ -208,6 +320,7 @@ def test_pass_at_k_estimator():
 
 
 @pytest.mark.sandbox
+@needs_bwrap
 def test_eval_from_hydra_config_scores_end_to_end():
     with initialize_config_dir(config_dir=str(ROOT / "conf" / "eval"), version_base=None):
         cfg = compose(config_name="livecodebench", overrides=[f"data_dir={FIX}", "release=release_v2", "timeout_s=1.0"])
@@ -223,9 +336,27 @@ def test_eval_from_hydra_config_scores_end_to_end():
     rows = [{**good, "meta": by_id["fx_pairs"].meta}, {**bad, "meta": by_id["fx_sum_max"].meta}]
     summary = ev.summarize(rows)
     assert summary["quality"] == 0.5 and summary["pass@1_medium"] == 1.0 and summary["pass@1_easy"] == 0.0
+    # the mode, the isolation and the sandbox interpreter are recorded, per row and in the summary
+    assert good["grading"] == "official" and summary["grading"] == "official" and summary["sandbox"] == "bwrap"
+    assert "numpy" in good["interpreter"] and summary["sandbox_python"] == good["interpreter"]
+    assert sys.executable in summary["sandbox_python"] and "sandbox_warning" not in summary
+
+
+def test_eval_refuses_weaker_isolation_before_any_model_loads():
+    """Building the eval (the harness does it before loading weights) already refuses a weaker level."""
+    from evals.livecodebench import LiveCodeBenchEval
+    from evals.sandbox.runner import SandboxUnavailable
+
+    with pytest.raises(SandboxUnavailable, match="allow_weaker"):
+        LiveCodeBenchEval(data_dir=str(FIX), sandbox={"isolation": "process"})
+    with pytest.raises(ValueError, match="eval.sandbox: unknown keys"):
+        LiveCodeBenchEval(data_dir=str(FIX), sandbox={"allow_weakr": True})
+    with pytest.raises(ValueError, match="grading must be one of"):
+        LiveCodeBenchEval(data_dir=str(FIX), grading="plain")
 
 
 @pytest.mark.sandbox
+@needs_bwrap
 def test_grade_cli_on_fixture(tmp_path):
     out = tmp_path / "graded.jsonl"
     proc = subprocess.run(
@@ -257,6 +388,73 @@ def test_grade_cli_on_fixture(tmp_path):
     assert summary["pass@1"] == 0.5 and summary["pass@2"] == 1.0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["status"] for r in rows] == ["passed", "wrong_answer", "passed", "timeout", "passed", "runtime_error"]
+    assert summary["grading"] == "official" and "numpy" in summary["interpreter"]
+    assert {r["grading"] for r in rows} == {"official"} and {r["sandbox"] for r in rows} == {"bwrap"}
+
+
+# -- input errors (issue 16, item 15): never silently replaced, never exit 0 with nothing graded -------------
+
+
+def _cli(capsys, *args) -> tuple[int, str]:
+    rc = grade_cli.cli(["--problems", str(FIX), "--timeout", "1", *args])
+    return rc, capsys.readouterr().err
+
+
+def test_duplicate_question_id_across_release_files_is_rejected(tmp_path, capsys):
+    (tmp_path / "test.jsonl").write_text((FIX / "test.jsonl").read_text())
+    first = json.loads((FIX / "test.jsonl").read_text().splitlines()[1])
+    (tmp_path / "test2.jsonl").write_text((FIX / "test2.jsonl").read_text() + json.dumps(first) + "\n")
+    with pytest.raises(
+        ValueError, match=r"duplicate LiveCodeBench question_id 'fx_pairs': .*test.jsonl:2 and .*test2.jsonl:2"
+    ):
+        load_problems(tmp_path, "release_v2")
+    cands = tmp_path / "cands.jsonl"
+    cands.write_text(json.dumps({"question_id": "fx_pairs", "code": mf.PAIRS_OK}) + "\n")
+    rc = grade_cli.cli(["--problems", str(tmp_path), "--candidates", str(cands)])
+    assert rc == 2 and "duplicate LiveCodeBench question_id 'fx_pairs'" in capsys.readouterr().err
+
+
+def test_empty_candidates_file_fails_naming_it(tmp_path, capsys):
+    for text in ("", "\n\n"):
+        empty = tmp_path / "empty.jsonl"
+        empty.write_text(text)
+        rc, err = _cli(capsys, "--candidates", str(empty))
+        assert rc == 2 and f"{empty}: no candidates to grade" in err
+        assert capsys.readouterr().out == ""  # no summary, no pass@1
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"question_id": "fx_pairs", "code": None}, "'code' must be a string, got null"),
+        ({"question_id": "fx_pairs", "completion": None}, "'completion' must be a string, got null"),
+        ({"question_id": "fx_pairs", "code": 12}, "'code' must be a string, got 12"),
+        ({"question_id": "fx_pairs"}, "needs 'code' or 'completion'"),
+        (["fx_pairs"], "must be a JSON object"),
+    ],
+)
+def test_malformed_candidates_name_file_and_line(tmp_path, capsys, row, message):
+    cands = tmp_path / "cands.jsonl"
+    cands.write_text(json.dumps({"question_id": "fx_pairs", "code": mf.PAIRS_OK}) + "\n" + json.dumps(row) + "\n")
+    rc, err = _cli(capsys, "--candidates", str(cands))
+    assert rc == 2 and f"{cands}:2: " in err and message in err
+    cands.write_text('{"question_id": "fx_pairs", "code": \n')
+    rc, err = _cli(capsys, "--candidates", str(cands))
+    assert rc == 2 and f"{cands}:1: not a JSON line" in err
+
+
+def test_bad_problem_rows_name_file_and_line(tmp_path):
+    bad = tmp_path / "test.jsonl"
+    bad.write_text((FIX / "test.jsonl").read_text() + '{"question_id": "x"}\n')
+    with pytest.raises(ValueError, match=r"test.jsonl:3: bad LiveCodeBench row: .*lacks fields"):
+        load_problems(bad)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_null_program_is_a_clear_error_in_the_grader(problems):
+    with pytest.raises(TypeError, match="fx_pairs: the program must be a str, got NoneType"):
+        Grader(GradingConfig(timeout_s=1.0)).grade(problems["fx_pairs"], None)
 
 
 def test_fixture_files_match_their_generator():

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+import socket
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from harness.loggers import NoLogger, WandbLogger, find_offline_runs, has_wandb_api_key, read_offline_run, resolve_mode
+from harness.loggers import (
+    NoLogger,
+    WandbLogger,
+    find_offline_runs,
+    has_wandb_api_key,
+    read_offline_run,
+    resolve_mode,
+    run_id,
+    server_unreachable,
+)
 from harness.pareto import make_report
 from harness.store import read_metrics, read_samples
 from tests.helpers.runs import make_run_dir, make_sweep
@@ -167,3 +179,109 @@ def test_sweep_summary_run_holds_tables_and_pareto_images(tmp_path, no_wandb_key
     assert rec.table("fronts")["aup"].tolist() == pytest.approx(report.fronts["aup"].tolist())
     png = rec.media("pareto/pareto_prompts_tpf")
     assert png.read_bytes() == (tmp_path / "summary" / "pareto_prompts_tpf.png").read_bytes()
+
+
+# ---- no network: fall back to offline in bounded time; one W&B run per run dir (issue 16, item 13) --------
+
+FAKE_KEY = "f" * 40
+
+
+def _run_id_when_written(path: Path, wait_s: float = 15.0) -> str:
+    """The run id an offline run recorded, once its record log is complete (holds the exit record). After a
+    `wandb.teardown()` in the same process, wandb's new service sometimes writes the log a moment after
+    `finish()` returned: wait for it."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    from harness.loggers import _records
+
+    def finished() -> bool:
+        (log,) = path.glob("run-*.wandb")
+        for payload in _records(log):
+            rec = pb.Record()
+            rec.ParseFromString(payload)
+            if rec.WhichOneof("record_type") == "exit":
+                return True
+        return False
+
+    deadline = time.monotonic() + wait_s
+    while not finished() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return read_offline_run(path).run_id
+
+
+@pytest.fixture
+def key_but_no_network(no_wandb_key, monkeypatch):
+    """A W&B key and a server address where nothing listens (port 9 on this host): a compute node with a
+    key and no route out, without touching any real network."""
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(k, raising=False)
+    assert resolve_mode("auto") == "online"
+
+
+def test_the_probe_tells_a_closed_port_from_a_listening_one(key_but_no_network):
+    t0 = time.monotonic()
+    why = server_unreachable(timeout=2)
+    assert why is not None and "127.0.0.1:9" in why and time.monotonic() - t0 < 2.5
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        assert server_unreachable(f"http://127.0.0.1:{srv.getsockname()[1]}", timeout=2) is None
+
+
+def test_run_ids_follow_the_run_dir(tmp_path):
+    a, b = tmp_path / "sweep" / "run_a", tmp_path / "sweep" / "run_b"
+    assert run_id(a, "proj") == run_id(tmp_path / "sweep" / ".." / "sweep" / "run_a", "proj")
+    assert len({run_id(a, "proj"), run_id(b, "proj"), run_id(a, "other")}) == 3
+    assert run_id(a, "proj").isalnum() and len(run_id(a, "proj")) <= 64
+
+
+@pytest.mark.slow  # real wandb
+def test_a_key_without_network_logs_offline_within_the_bound(tmp_path, key_but_no_network, caplog):
+    """Online mode (a key is set) with the server unreachable: was ~90 s and a CommError before decoding."""
+    run_dir = make_run_dir(tmp_path / "sweep", "b0.1", [(16, 8, 1, [4, 4])], sampler={"name": "entropy_bound"})
+    logger = WandbLogger(project="proj", init_timeout=5, probe_timeout=2)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="harness.loggers"):
+        logger.start(run_dir.name, "sweep", {"seed": 0}, str(run_dir))
+    assert time.monotonic() - t0 < 20  # probe (<= 2 s) + an offline init
+    assert "W&B server unreachable" in caplog.text and "127.0.0.1:9" in caplog.text
+    logger.finish(read_metrics(run_dir), read_samples(run_dir))
+    (path,) = find_offline_runs(run_dir / "wandb")
+    assert _run_id_when_written(path) == run_id(run_dir, "proj")
+    assert read_offline_run(path).summary["tpf"] == pytest.approx(2.0)
+
+
+@pytest.mark.slow  # real wandb, waits init_timeout
+def test_a_server_that_never_answers_falls_back_offline_within_the_bound(tmp_path, key_but_no_network, monkeypatch):
+    """The port accepts connections (the probe passes) but nothing ever answers: wandb.init gives up after
+    init_timeout (+ wandb's own resume check) and the run goes offline, in the same process."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(50)
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{srv.getsockname()[1]}")
+        run_dir = tmp_path / "run"
+        logger = WandbLogger(project="proj", init_timeout=2, probe_timeout=2)
+        t0 = time.monotonic()
+        logger.start("run", None, {"seed": 0}, str(run_dir))
+        assert time.monotonic() - t0 < 2 + 2 + 25
+        logger.finish({"quality": 1.0}, [])
+    offline = find_offline_runs(run_dir / "wandb")
+    assert [_run_id_when_written(p) for p in offline] == [run_id(run_dir, "proj")]
+
+
+@pytest.mark.slow  # real wandb (offline)
+def test_rerunning_a_config_reuses_its_wandb_run(tmp_path, no_wandb_key):
+    """Re-running a finished config logs into the same W&B run (same id, resumed), never a second one;
+    another run dir gets its own."""
+    run_dir = make_run_dir(tmp_path / "sweep", "b0.1", [(16, 8, 1, [4, 4])], sampler={"name": "entropy_bound"})
+    other = make_run_dir(tmp_path / "sweep", "b0.5", [(16, 4, 1, [2, 2])], sampler={"name": "entropy_bound"})
+    logger = WandbLogger(project="proj", mode="offline")
+    for d in (run_dir, run_dir, other):
+        logger.start(d.name, "sweep", {"seed": 0}, str(d))
+        logger.finish(read_metrics(d), read_samples(d))
+    ids = [_run_id_when_written(p) for p in find_offline_runs(run_dir / "wandb")]
+    assert ids == [run_id(run_dir, "proj")] * 2  # two sessions of one W&B run (`wandb sync` resumes it)
+    (path,) = find_offline_runs(other / "wandb")
+    assert _run_id_when_written(path) == run_id(other, "proj") != ids[0]

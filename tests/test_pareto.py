@@ -139,3 +139,42 @@ def test_plot_labels_spell_knobs_as_run_names():
         "stop_entropy0.01",
     ]
     assert label_part("threshold", 0.90) == "thr=0.9"
+
+
+def _two_runs_one_broken(root):
+    from tests.helpers.runs import make_run_dir
+
+    sweep = root / "sweep"
+    make_run_dir(sweep, "ok", [(16, 4, 1, [2, 2])], sampler={"name": "entropy_bound", "max_steps": 4})
+    bad = make_run_dir(sweep, "bad", [(16, 8, 1, [4, 4])], sampler={"name": "entropy_bound", "max_steps": 4})
+    (bad / "metrics.json").write_text('{"quality": 1.0, "tpf": 2.')  # truncated
+    return sweep, (bad / "metrics.json").resolve()
+
+
+def test_pareto_cli_lists_a_broken_run_and_plots_the_others(tmp_path, capsys):
+    """Issue 16 item 10: `python -m harness.pareto` crashed on one truncated metrics.json."""
+    from harness.pareto import main
+
+    sweep, broken = _two_runs_one_broken(tmp_path)
+    main([str(sweep), "--out", str(tmp_path / "plots")])
+    out = capsys.readouterr().out
+    assert f"{broken}:1: not valid JSON" in out and "1 broken run(s), not in the table" in out
+    assert (tmp_path / "plots" / "pareto_prompts_tpf.png").exists()
+
+
+def test_sweep_end_summary_survives_broken_runs(tmp_path, capsys):
+    """The sweep-end callback lists broken runs and summarizes the rest; with none readable it logs nothing."""
+    from omegaconf import OmegaConf
+
+    from harness.callbacks import SweepSummary
+
+    sweep, broken = _two_runs_one_broken(tmp_path)
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
+    SweepSummary().on_multirun_end(config)
+    out = capsys.readouterr().out
+    assert f"{broken}:1: not valid JSON" in out and "wrote" in out
+    assert (sweep / "summary" / "summary.csv").exists()
+    (sweep / "ok" / "metrics.json").write_text("")
+    SweepSummary(subdir="again").on_multirun_end(config)
+    out = capsys.readouterr().out
+    assert "2 broken run(s)" in out and "no readable finished runs" in out

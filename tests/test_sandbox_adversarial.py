@@ -1,4 +1,6 @@
-"""Hostile programs through the real LiveCodeBench grading path (bubblewrap sandbox, real subprocesses).
+"""Hostile programs through the real LiveCodeBench grading path (bubblewrap sandbox, real subprocesses), in
+both grading modes (`official`: one runner process holds the program for all tests; `strict`: a process
+per test).
 
 Most programs print the correct answer only if their attack worked, so "graded as a failure" means the
 attack failed. Every run must also end within its time bound, leave no process behind and leave the
@@ -15,6 +17,7 @@ import tempfile
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -23,10 +26,14 @@ from evals.livecodebench.grader import Grader, GradingConfig
 from evals.sandbox.uids import UID_BASE, UID_SLOTS
 
 pytestmark = [
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap: apt-get install -y bubblewrap"),
+    pytest.mark.skipif(
+        shutil.which("bwrap") is None, reason="BUBBLEWRAP MISSING: sandbox tests not run; apt-get install -y bubblewrap"
+    ),
     pytest.mark.timeout(60),
 ]
 pytestmark = [*pytestmark, pytest.mark.sandbox]
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("official", "strict")
 
 TIMEOUT_S = 1.0
 BOUND_S = (TIMEOUT_S + 1) * 1 + 5 + 3  # official overall limit for one test + slack for a busy 2-core box
@@ -73,9 +80,9 @@ def canary():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def grade(canary):
-    grader = Grader(GradingConfig(timeout_s=TIMEOUT_S, isolation="bwrap"))
+@pytest.fixture(params=MODES)
+def grade(canary, request):
+    grader = Grader(GradingConfig(timeout_s=TIMEOUT_S, isolation="bwrap", grading=request.param))
 
     def run(code: str, problem: Problem = SUM):
         before = sandbox_pids()
@@ -92,6 +99,7 @@ def grade(canary):
             assert f.read() == "canary"
         return res
 
+    run.mode = request.param
     return run
 
 
@@ -145,6 +153,13 @@ HOSTILE = {
         "    try:\n        act()\n        hit = True\n    except OSError:\n        pass\n"
         "if hit:\n" + "".join("    " + line + "\n" for line in ANSWER.splitlines())
     ),
+    "poison_interpreter": (  # a .pth file in the (mounted) virtualenv would run in every later sandbox
+        "import os, sys, sysconfig\nhit = False\n"
+        "for d in {sysconfig.get_paths()['purelib'], sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)}:\n"
+        "    try:\n        open(os.path.join(d, 'zz_evil.pth'), 'w').write('import os')\n        hit = True\n"
+        "    except OSError:\n        pass\n"
+        "if hit:\n" + "".join("    " + line + "\n" for line in ANSWER.splitlines())
+    ),
     "double_fork_daemon": (
         "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
         "        time.sleep(1.5)\n        open(CANARY, 'w').write('pwned by daemon')\n        time.sleep(60)\n"
@@ -157,6 +172,11 @@ HOSTILE = {
 def test_hostile_program_fails_cleanly(name, grade, canary):
     code = f"CANARY = {canary!r}\n" + HOSTILE[name]
     res = grade(code)
+    if name == "close_stdout" and grade.mode == "official":
+        # officially the program's stdout is an in-memory buffer: closing fd 1 breaks nothing, so the
+        # answer it then prints is simply correct (the grader must still work)
+        assert res.passed, res
+        return
     assert not res.passed and res.status != "passed", res
     if name in ("double_fork_daemon", "threads_outlive_main"):
         time.sleep(2)  # the daemon would have written by now, had it survived
@@ -190,7 +210,8 @@ def test_grader_files_are_invisible(grade, tmp_path):
             f.write(secret)
         os.chmod(path, 0o644)
         code = (
-            f"paths = [{path!r}, '/work/main/evals/livecodebench/grader.py', '/etc/hostname', '/root/.bashrc']\n"
+            f"paths = [{path!r}, {str(ROOT / 'evals/livecodebench/grader.py')!r}, '/etc/hostname', '/root/.bashrc',"
+            f" {str(ROOT / 'tests/fixtures/livecodebench/test.jsonl')!r}]\n"
             "out = 'nothing'\nfor p in paths:\n    try:\n        out = open(p).read()\n        break\n"
             "    except OSError:\n        pass\nprint(out)\n"
         )
@@ -240,7 +261,22 @@ def test_network_including_loopback_is_unreachable(grade):
     assert connections == [], "the sandboxed program reached the grader's loopback socket"
 
 
-def test_controls_the_same_attacks_pass_without_the_attack():
+@pytest.mark.parametrize("mode", MODES)
+def test_controls_the_same_attacks_pass_without_the_attack(mode):
     """Sanity check that the suite can fail: the plain correct answer passes in the same setup."""
-    res = Grader(GradingConfig(timeout_s=TIMEOUT_S, isolation="bwrap")).grade(SUM, ANSWER)
+    res = Grader(GradingConfig(timeout_s=TIMEOUT_S, isolation="bwrap", grading=mode)).grade(SUM, ANSWER)
     assert res.passed, res
+
+
+def test_official_runner_channel_cannot_be_forged(grade):
+    """In official mode the program shares its process with the test loop: a frame it writes on the
+    result channel (it can find the fd) is refused, not taken as its output."""
+    code = (
+        "import os, json\nframe = json.dumps({'tok': 'guess', 'status': 'ok', 'out': '7\\n4\\n', 'err': ''})\n"
+        "for fd in range(3, 32):\n    try:\n        os.write(fd, (frame + '\\n').encode())\n    except OSError:\n"
+        "        pass\nprint('nothing')\n"
+    )
+    res = grade(code)
+    assert res.status in ("runtime_error", "wrong_answer"), res
+    if grade.mode == "official":
+        assert "result channel" in res.tests[0].detail

@@ -139,3 +139,55 @@ def test_eval_items_scores_and_buckets():
     assert isinstance(chat.items()[0].prompt, list)
     with pytest.raises(ValueError):
         SudokuEval(format="xml")
+
+
+ROWS6 = [SOL6[r * 6 : r * 6 + 6] for r in range(6)]
+
+
+def test_compact_answers_count_the_first_cells_only():
+    """Issue 16 item 12: a correct grid followed by more digits was a parse failure in compact format."""
+    assert parse_answer(SOL6 + "1234", 6, "compact") == SOL6
+    assert parse_answer(SOL6 + "\n5", 6, "compact") == SOL6
+    assert parse_answer(" " + SOL6[:18] + "\n" + SOL6[18:] + "66", 6, "compact") == SOL6
+    # still no grid: too short, a digit outside 1..6 or a blank inside the first 36 cells
+    assert parse_answer(SOL6[:35], 6, "compact") is None
+    assert parse_answer("7" + SOL6[1:] + "1", 6, "compact") is None
+    assert parse_answer(SOL6[:10] + "0" + SOL6[11:] + "1", 6, "compact") is None
+    assert parse_answer("x" + SOL6 + "1", 6, "compact") is None
+    # the eval passes its format: a compact-format item is scored as solved
+    ev = SudokuEval(size=6, num_puzzles=1, blanks=(18, 20), seed=1)
+    item = ev.items()[0]
+    assert ev.score(item, item.target + "123")["solved"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        lambda i, r: f"Row {i}: {' '.join(r)}",
+        lambda i, r: f"**Row {i}:** {' '.join(r[:3])} | {' '.join(r[3:])}",
+        lambda i, r: f"row{i} = {r}",
+        lambda i, r: f"R{i}: {','.join(r)}",
+        lambda i, r: f"{i}. {' '.join(r)}",
+        lambda i, r: f"{i}) {r}",
+        lambda i, r: f"({i}) {' '.join(r)}",
+        lambda i, r: f"- Line {i}: {r}",
+        lambda i, r: f"| R{i} | {' | '.join(r)} |",
+    ],
+)
+def test_chat_answers_with_row_labels_or_numbered_lists_parse(layout):
+    """Issue 16 item 12: `Row 1: ...` labels and numbered lists were parse failures in chat format."""
+    reply = "Here is the solved grid:\n\n" + "\n".join(layout(i, r) for i, r in enumerate(ROWS6, 1)) + "\n\nDone."
+    assert parse_answer(reply, 6) == SOL6
+    assert parse_answer(reply, 6, "compact") == SOL6  # a compact model that talks is read the same way
+
+
+def test_row_labels_never_make_a_grid_of_something_else():
+    short = "\n".join(f"{i}) {r[:5]}" for i, r in enumerate(ROWS6, 1))  # the label digit must not fill a row
+    assert parse_answer(short, 6) is None
+    assert parse_answer("\n".join(f"Row {i}: {r[:5]}" for i, r in enumerate(ROWS6, 1)), 6) is None
+    assert parse_answer("\n".join(f"Row {i}: {r}7" for i, r in enumerate(ROWS6, 1)), 6) is None
+    five_rows = "\n".join(f"Row {i}: {r}" for i, r in enumerate(ROWS6[:5], 1))
+    assert parse_answer(five_rows, 6) is None
+    steps = "\n".join(f"Step {i}: {r}" for i, r in enumerate(ROWS6, 1))  # not a row label: 7 digits per line
+    assert parse_answer(steps, 6) is None
+    assert parse_answer(SOL6 + "1234", 6) is None  # in chat format a 40-digit line is not a grid

@@ -3,6 +3,10 @@
 Release selection follows the dataset's own loader: `release_vN` is cumulative (test.jsonl .. testN.jsonl),
 `vN` is one release's new problems only, `vA_vB` the releases A..B, `release_latest` everything.
 Private tests are stored as base64(zlib(pickle(json string))); some rows carry plain JSON instead.
+
+Every `question_id` must appear once in a selection: a repeat (in the same file or across release files)
+is rejected with both places named, never silently replaced or graded twice. Malformed rows name their
+file and line.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class Problem:
     public_tests: list[TestCase]
     private_tests: list[TestCase]
     metadata: dict[str, Any] = field(default_factory=dict)
+    source: str = field(default="", compare=False)  # "file:line" it was read from
 
     @property
     def tests(self) -> list[TestCase]:
@@ -143,8 +148,34 @@ def _parse_date(value: str | datetime) -> datetime:
 
 
 def read_jsonl(path: str | Path) -> list[Problem]:
+    problems = []
     with open(path, encoding="utf-8") as f:
-        return [parse_problem(json.loads(line)) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+                problem = parse_problem(row)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{n}: bad LiveCodeBench row: {exc}") from exc
+            problem.source = f"{path}:{n}"
+            problems.append(problem)
+    return problems
+
+
+def check_unique(problems: list[Problem]) -> list[Problem]:
+    """The problems, after checking that no question_id repeats (a repeat raises, naming both places)."""
+    seen: dict[str, Problem] = {}
+    for p in problems:
+        if p.question_id in seen:
+            raise ValueError(
+                f"duplicate LiveCodeBench question_id {p.question_id!r}: {seen[p.question_id].source} and "
+                f"{p.source}; each problem must appear once in a selection (pick releases that do not repeat it)"
+            )
+        seen[p.question_id] = p
+    return problems
 
 
 def hub_snapshot(files: list[str], repo_id: str = HUB_REPO) -> Path:
@@ -178,7 +209,7 @@ def load_problems(
     end = _parse_date(end_date) if end_date else None
     if start and end and start > end:
         raise ValueError(f"start_date {start_date} is after end_date {end_date}")
-    problems = [p for path in paths for p in read_jsonl(path)]
+    problems = check_unique([p for path in paths for p in read_jsonl(path)])
     return [
         p for p in problems if (start is None or p.contest_date >= start) and (end is None or p.contest_date <= end)
     ]

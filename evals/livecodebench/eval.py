@@ -1,12 +1,18 @@
 """LiveCodeBench code generation as a harness eval: official prompt, last fenced block, sandboxed grading.
 
 `correct` is 1.0 when the extracted program passes every public and private test; the summary gives
-pass@1 overall and per difficulty, and names the sandbox isolation used (anything but bwrap is flagged).
+pass@1 overall and per difficulty, the grading mode, the sandbox isolation level (anything but bwrap is
+flagged) and the sandbox interpreter with its package versions.
+
+The sandbox is checked when the eval is built (before any model loads): where bubblewrap cannot run it
+refuses unless `sandbox.allow_weaker` is set, and a sandbox interpreter without the declared solution
+packages (numpy, ...) is an error too.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from evals.base import Eval, EvalItem
@@ -30,7 +36,8 @@ class LiveCodeBenchEval(Eval):
         chat: bool = True,
         timeout_s: float = 6.0,
         memory_mb: int = 2048,
-        isolation: str = "auto",
+        grading: str = "official",  # official | strict (see evals.livecodebench.driver)
+        sandbox: Mapping[str, Any] | None = None,  # {isolation, allow_weaker, python}
         float_tolerance: float = 0.0,
         hub_repo: str = HUB_REPO,
         name: str = "livecodebench",
@@ -39,11 +46,27 @@ class LiveCodeBenchEval(Eval):
         self.name = name
         self.data_dir, self.release, self.hub_repo = data_dir, release, hub_repo
         self.start_date, self.end_date, self.chat = start_date, end_date, chat
-        self.grader = Grader(
-            GradingConfig(
-                timeout_s=timeout_s, memory_mb=memory_mb, isolation=isolation, float_tolerance=float_tolerance
+        box = dict(sandbox or {})
+        unknown = set(box) - {"isolation", "allow_weaker", "python"}
+        if unknown:
+            raise ValueError(f"eval.sandbox: unknown keys {sorted(unknown)}; known: isolation, allow_weaker, python")
+        allow_weaker = box.get("allow_weaker", False)
+        if not isinstance(allow_weaker, bool):
+            raise ValueError(f"eval.sandbox.allow_weaker: must be true or false, got {allow_weaker!r}")
+        try:
+            config = GradingConfig(
+                timeout_s=timeout_s,
+                memory_mb=memory_mb,
+                isolation=box.get("isolation") or "auto",
+                float_tolerance=float_tolerance,
+                grading=grading,
+                allow_weaker=allow_weaker,
+                python=box.get("python"),
             )
-        )
+        except ValueError as exc:
+            raise ValueError(f"eval: {exc}") from exc
+        self.grader = Grader(config)
+        self.sandbox_environment = self.grader.environment()  # refuses now, before any model loads
         self._problems: dict[str, Problem] | None = None
 
     def problems(self) -> dict[str, Problem]:
@@ -80,6 +103,8 @@ class LiveCodeBenchEval(Eval):
             "tests_passed": res.num_passed,
             "num_tests": res.num_tests,
             "sandbox": res.sandbox,
+            "grading": res.grading,
+            "interpreter": res.interpreter,
             "grade_wall_s": res.wall_s,
             "code": code,
         }
@@ -94,8 +119,11 @@ class LiveCodeBenchEval(Eval):
         out["status_counts"] = dict(Counter(r.get("status", "") for r in scored))
         levels = sorted({r.get("sandbox", "") for r in scored} - {"", "none"})
         out["sandbox"] = ",".join(levels) or "none"
+        out["grading"] = ",".join(sorted({r.get("grading", "") for r in scored} - {""})) or self.grader.config.grading
+        out["sandbox_python"] = self.sandbox_environment["interpreter"]
         if any(level != "bwrap" for level in levels):
             out["sandbox_warning"] = (
-                "programs ran with weaker isolation than bubblewrap (apt-get install -y bubblewrap)"
+                f"programs ran with weaker isolation than bubblewrap ({out['sandbox']}), explicitly allowed "
+                f"(apt-get install -y bubblewrap)"
             )
         return out

@@ -19,6 +19,7 @@ from typing import Any
 from contract.files import atomic_write
 from contract.records import decode_metrics, items_sha
 from evals.base import Eval, EvalItem
+from evals.diagnostics import run_diagnostics
 
 INVALID = "[invalid]"  # lm-eval's regex filters' fallback when nothing matched
 SAMPLES_SCORED = "samples_scored.jsonl"
@@ -140,7 +141,12 @@ class LmEvalEval(Eval):
             ),
         )
         shas = [r.get("item_sha", r["sample_id"]) for r in rows]
-        return {**decode_metrics(rows), **self.summarize_lm_eval(out, rows, tasks), "items_sha": items_sha(shas)}
+        return {
+            **decode_metrics(rows),
+            **run_diagnostics(rows),
+            **self.summarize_lm_eval(out, rows, tasks),
+            "items_sha": items_sha(shas),
+        }
 
     def scored_rows(self, store) -> list[dict[str, Any]]:
         path = Path(store.run_dir) / SAMPLES_SCORED

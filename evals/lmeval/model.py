@@ -18,6 +18,7 @@ from tqdm import tqdm
 from contract.decoding import decode_and_store
 from contract.records import GenerationRequest, changed_items, item_sha, stale_inputs_error
 from contract.text import sample_seed
+from evals.diagnostics import sample_diagnostics
 from evals.lmeval.thoughts import opens_thought, split_thoughts
 
 UNSUPPORTED = "not supported for block-diffusion decoders; use generative tasks (output_type: generate_until)"
@@ -91,6 +92,7 @@ class DecoderLM(LM):
             return {
                 "item_sha": shas[res.sample_id],
                 **res.to_dict(),
+                **sample_diagnostics(res),
                 **self._reply(res, req.stop_strings, opened),
                 "task": inst.task_name,
                 "doc_id": inst.doc_id,

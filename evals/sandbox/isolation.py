@@ -15,6 +15,13 @@
 The rlimits (`prlimit`) apply at every level; RLIMIT_NPROC only binds because the program never runs as
 root (it does not bind root).
 
+The interpreter is this project's own (`evals.sandbox.interpreter`), mounted read-only at its own paths. When
+the grader is root and the leased uid cannot reach it by path (a pyenv Python under /root), its directories
+are first bind-mounted onto world-traversable stage directories in a private mount namespace made by root
+(`unshare --mount`), and privileges are dropped (`setpriv`) before bubblewrap starts; at the `unshare` level
+a small tmpfs covers the unreachable ancestor (e.g. /root) and the directories are bound back at their paths.
+The `process` level cannot do either and refuses such an interpreter.
+
 This module only builds the commands; choosing a level (`auto`) starts a probe program, so that lives with
 the runner (`evals.sandbox.runner.resolve_level`).
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from collections.abc import Mapping
 
 from evals.sandbox.limits import Limits
 
@@ -31,15 +39,9 @@ LEVELS = ("bwrap", "unshare", "process")
 NOBODY = 65534
 ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
 TOP_LEVEL_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-
-
-def default_python() -> str:
-    """The system interpreter (/usr/bin/python3) when present: it lives under /usr, which every level can
-    expose to an unprivileged user; the grader's own interpreter may sit in a private home directory."""
-    for cand in ("/usr/bin/python3", shutil.which("python3") or ""):
-        if cand and os.access(cand, os.X_OK):
-            return cand
-    raise RuntimeError("no python3 interpreter found for the sandbox; pass python=... explicitly")
+# Numerical libraries start one thread per core on import; on a many-core machine that alone would exceed
+# RLIMIT_NPROC. One thread each, at every level (the official grader also sets OMP_NUM_THREADS=1).
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def prlimit_prefix(limits: Limits) -> list[str]:
@@ -59,16 +61,69 @@ def prlimit_prefix(limits: Limits) -> list[str]:
     ]
 
 
-def _python_binds(python: str) -> list[str]:
-    """Read-only bind of the interpreter's installation when it lives outside /usr."""
-    real = os.path.realpath(python)
-    if real.startswith("/usr/"):
-        return []
-    prefix = os.path.dirname(os.path.dirname(real))
-    return ["--ro-bind", prefix, prefix]
+def _python_binds(dirs: list[str], staged: Mapping[str, str]) -> list[str]:
+    """Read-only binds of the interpreter's installation dirs at their own paths (from a stage if staged)."""
+    out = []
+    for d in dirs:
+        out += ["--ro-bind", staged.get(d, d), d]
+    return out
 
 
-def bwrap_command(limits: Limits, python: str, code_dir: str, entry: str, args: list[str], run_id: str) -> list[str]:
+def staging_commands(staged: Mapping[str, str]) -> list[str]:
+    """Shell commands (root, private mount namespace) binding each dir read-only onto its stage directory."""
+    cmds = []
+    for src, stage in staged.items():
+        cmds += [
+            f"mount --bind {shlex.quote(src)} {shlex.quote(stage)}",
+            f"mount -o remount,bind,ro {shlex.quote(stage)}",
+        ]
+    return cmds
+
+
+def setpriv_prefix(uid: int) -> list[str]:
+    return [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+
+
+def staged_bwrap_command(bwrap_argv: list[str], staged: Mapping[str, str], uid: int) -> list[str]:
+    """Root only: stage the unreachable interpreter dirs in a private mount namespace, then drop to `uid`
+    and start bubblewrap (which binds the stages back at the dirs' own paths)."""
+    script = " && ".join([*staging_commands(staged), "exec " + shlex.join(setpriv_prefix(uid) + bwrap_argv)])
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script]
+
+
+def blocking_ancestor(path: str) -> str | None:
+    """The highest directory on the way to `path` that other users cannot traverse (None: all traversable)."""
+    parts = os.path.abspath(path).split("/")
+    for i in range(2, len(parts)):
+        p = "/".join(parts[:i])
+        try:
+            if not os.stat(p).st_mode & 0o001:
+                return p
+        except OSError:
+            return p
+    return None
+
+
+def bwrap_command(
+    limits: Limits,
+    python: str,
+    code_dir: str,
+    entry: str,
+    args: list[str],
+    run_id: str,
+    python_dirs: list[str] = (),
+    staged: Mapping[str, str] | None = None,
+) -> list[str]:
+    staged = staged or {}
     cmd = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-all",
@@ -91,7 +146,7 @@ def bwrap_command(limits: Limits, python: str, code_dir: str, entry: str, args: 
             cmd += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             cmd += ["--ro-bind", d, d]
-    cmd += _python_binds(python)
+    cmd += _python_binds(list(python_dirs), staged)
     cmd += [
         "--ro-bind",
         code_dir,
@@ -123,6 +178,7 @@ def bwrap_command(limits: Limits, python: str, code_dir: str, entry: str, args: 
         "--setenv",
         "SANDBOX_RUN_ID",
         run_id,
+        *[x for k, v in THREAD_ENV.items() for x in ("--setenv", k, v)],
         "--",
         python,
         "-I",
@@ -133,12 +189,31 @@ def bwrap_command(limits: Limits, python: str, code_dir: str, entry: str, args: 
 
 
 def unshare_command(
-    limits: Limits, python: str, code_dir: str, entry: str, args: list[str], run_id: str, uid: int
+    limits: Limits,
+    python: str,
+    code_dir: str,
+    entry: str,
+    args: list[str],
+    run_id: str,
+    uid: int,
+    staged: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Root only: namespaces via unshare, private tmpfs dirs via mount, then drop to `uid` with setpriv."""
+    """Root only: namespaces via unshare, private tmpfs dirs via mount, then drop to `uid` with setpriv.
+
+    `staged` dirs (unreachable by `uid`) are bound onto their stages first; a small tmpfs then hides each
+    blocking ancestor (e.g. /root) and the dirs are bound back, read-only, at their own paths."""
     size = limits.tmp_size_mb << 20
+    staged = staged or {}
+    covers = sorted({a for d in staged if (a := blocking_ancestor(d))})
+    reveal = []
+    for d, stage in staged.items():
+        q = shlex.quote(d)
+        reveal += [f"mkdir -p {q}", f"mount --bind {shlex.quote(stage)} {q}", f"mount -o remount,bind,ro {q}"]
     inner = " && ".join(
         [
+            *staging_commands(staged),
+            *(f"mount -t tmpfs -o size=1m,mode=755 tmpfs {shlex.quote(a)}" for a in covers),
+            *reveal,
             f"mount --bind {shlex.quote(code_dir)} /mnt",
             "mount -o remount,bind,ro /mnt",
             *(f"mount -t tmpfs -o size={size},mode=1777 tmpfs {d}" for d in ("/tmp", "/var/tmp", "/dev/shm")),
@@ -146,20 +221,14 @@ def unshare_command(
             "exec "
             + shlex.join(
                 [
-                    "setpriv",
-                    f"--reuid={uid}",
-                    f"--regid={uid}",
-                    "--clear-groups",
-                    "--inh-caps=-all",
-                    "--bounding-set=-all",
-                    "--no-new-privs",
-                    "--",
+                    *setpriv_prefix(uid),
                     "env",
                     "-i",
                     f"PATH={ENV_PATH}",
                     "HOME=/tmp",
                     "LANG=C.UTF-8",
                     f"SANDBOX_RUN_ID={run_id}",
+                    *(f"{k}={v}" for k, v in THREAD_ENV.items()),
                     python,
                     "-I",
                     f"/mnt/{entry}",

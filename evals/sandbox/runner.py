@@ -1,14 +1,19 @@
-"""Run one untrusted Python program under the strongest isolation available and capture its output.
+"""Run one untrusted Python program under bubblewrap isolation and capture its output.
 
 The grader side of the sandbox: it writes the program's files into a fresh private directory, starts the
 isolated interpreter, enforces the wall-clock limit and the output cap from outside, kills everything
 the program started when the run ends (however it ends), and removes the directory. Verdicts are never
 computed here: callers judge the captured stdout themselves.
+
+Isolation never silently weakens: when bubblewrap cannot run here, `auto` raises `SandboxUnavailable`
+(naming the install command and the opt-in) instead of falling back, and the weaker levels (`unshare`,
+`process`) run only with the explicit `allow_weaker=True`; every result records the level it ran at.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import selectors
@@ -16,34 +21,74 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
 
-from evals.sandbox import isolation
-from evals.sandbox.isolation import default_python
+from evals.sandbox import interpreter, isolation
 from evals.sandbox.limits import Limits, SandboxResult
 from evals.sandbox.uids import lease_uid
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _AFTER_EXIT_GRACE_S = 1.0  # how long pipes may stay open after the main process exited
 
+INSTALL_HINT = "install bubblewrap (the one system package the sandbox needs): apt-get install -y bubblewrap"
+OPT_IN_HINT = (
+    "to run model-written code with weaker isolation anyway, opt in explicitly: allow_weaker=True "
+    "(eval.sandbox.allow_weaker=true; grading CLI: --allow-weaker-isolation)"
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested isolation cannot be provided here (and weaker isolation was not explicitly allowed)."""
+
 
 class Sandbox:
-    """Reusable runner: `Sandbox(limits, isolation="auto").run(files, entry)`; one fresh sandbox per call."""
+    """Reusable runner: `Sandbox(limits, isolation="auto").run(files, entry)`; one fresh sandbox per call.
 
-    def __init__(self, limits: Limits | None = None, isolation: str = "auto", python: str | None = None):
+    `python`: the interpreter run inside (default: this project's own, `evals.sandbox.interpreter`).
+    `allow_weaker`: the explicit opt-in to run below the bubblewrap level (`unshare`, `process`).
+    """
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        isolation: str = "auto",
+        python: str | None = None,
+        allow_weaker: bool = False,
+    ):
         self.limits = limits or Limits()
-        self.python = python or default_python()
+        self.python = python or interpreter.default_python()
         self.requested_isolation = isolation
+        self.allow_weaker = bool(allow_weaker)
         self._level: str | None = None
 
     @property
     def isolation(self) -> str:
         if self._level is None:
-            self._level = resolve_level(self.requested_isolation, self.python)
+            self._level = resolve_level(self.requested_isolation, self.python, self.allow_weaker)
         return self._level
+
+    def environment(self) -> dict:
+        """The interpreter as programs see it inside this sandbox: path, version, `RECORDED_PACKAGES`
+        versions (None: absent), and the isolation level. Probed once per (interpreter, level)."""
+        return {**_environment(self.python, self.isolation), "isolation": self.isolation}
+
+    def require_packages(self, packages=interpreter.SOLUTION_PACKAGES) -> dict:
+        """`environment()`, after checking that every one of `packages` is there (numpy also imports);
+        raises RuntimeError naming what is missing otherwise."""
+        env = self.environment()
+        missing = [p for p in packages if not env["packages"].get(p)]
+        if missing or ("numpy" in packages and env.get("numpy_loads") is not True):
+            why = f"lacks {missing}" if missing else f"cannot import numpy ({env.get('numpy_loads')})"
+            raise RuntimeError(
+                f"the sandbox interpreter {self.python} {why} inside the sandbox; model-written solutions "
+                f"need {list(packages)} (declared in evals/sandbox/interpreter.py): install requirements.txt "
+                f"into it, or pass another python="
+            )
+        return env
 
     def run(
         self,
@@ -66,8 +111,8 @@ class Sandbox:
         try:
             with lease_uid() as uid:
                 code_dir, work_dir = self._prepare(root, files, level, uid)
-                argv = self._command(level, code_dir, entry, list(args), run_id, uid)
-                return self._execute(argv, level, root, work_dir, stdin, stop_when, run_id, uid)
+                argv, drops = self._command(level, root, code_dir, entry, list(args), run_id, uid)
+                return self._execute(argv, level, root, work_dir, stdin, stop_when, run_id, None if drops else uid)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -98,23 +143,40 @@ class Sandbox:
         return code_dir, work_dir
 
     def _command(
-        self, level: str, code_dir: str, entry: str, args: list[str], run_id: str, uid: int | None
-    ) -> list[str]:
+        self, level: str, root: str, code_dir: str, entry: str, args: list[str], run_id: str, uid: int | None
+    ) -> tuple[list[str], bool]:
+        """(argv, drops_privileges): whether the command itself switches to `uid` (else Popen does)."""
         prefix = isolation.prlimit_prefix(self.limits)
+        dirs = interpreter.installation_dirs(self.python)
+        unreachable = interpreter.unreachable_dirs(self.python) if uid is not None else []
+        staged = {}
+        for i, d in enumerate(unreachable):
+            staged[d] = os.path.join(root, f"python{i}")
+            os.mkdir(staged[d], 0o755)
         if level == "bwrap":
-            return prefix + isolation.bwrap_command(self.limits, self.python, code_dir, entry, args, run_id)
+            argv = isolation.bwrap_command(self.limits, self.python, code_dir, entry, args, run_id, dirs, staged)
+            if staged:
+                return prefix + isolation.staged_bwrap_command(argv, staged, uid), True
+            return prefix + argv, False
         if level == "unshare":
             if uid is None:
                 raise RuntimeError("the unshare sandbox level needs root")
-            return prefix + isolation.unshare_command(self.limits, self.python, code_dir, entry, args, run_id, uid)
-        return prefix + isolation.process_command(self.python, code_dir, entry, args)
+            argv = isolation.unshare_command(self.limits, self.python, code_dir, entry, args, run_id, uid, staged)
+            return prefix + argv, True
+        if unreachable:
+            raise RuntimeError(
+                f"the sandbox interpreter {self.python} lives in {unreachable}, which the unprivileged sandbox "
+                f"user cannot reach, and the 'process' level cannot mount it; use bubblewrap, or pass a python= "
+                f"that other users can read"
+            )
+        return prefix + isolation.process_command(self.python, code_dir, entry, args), False
 
     # -- run -----------------------------------------------------------------------------------------
 
     def _execute(self, argv, level, root, work_dir, stdin, stop_when, run_id, uid) -> SandboxResult:
         lim = self.limits
         popen_kw: dict = {"start_new_session": True, "close_fds": True, "cwd": work_dir or "/"}
-        if uid is not None and level in ("bwrap", "process"):  # `unshare` needs root to mount; setpriv drops later
+        if uid is not None:  # else root starts the command, which mounts and then drops to the uid itself
             popen_kw.update(user=uid, group=uid, extra_groups=[])
         if level == "process":
             popen_kw["env"] = {
@@ -122,6 +184,7 @@ class Sandbox:
                 "HOME": work_dir,
                 "LANG": "C.UTF-8",
                 "SANDBOX_RUN_ID": run_id,
+                **isolation.THREAD_ENV,
             }
         else:
             popen_kw["env"] = {"PATH": isolation.ENV_PATH}
@@ -201,47 +264,96 @@ class Sandbox:
 # -- choosing the isolation level ---------------------------------------------------------------------
 
 
+_probe_lock = threading.Lock()
+
+
 @functools.cache
-def level_works(level: str, python: str) -> bool:
-    """Probe once per process: can this level start a trivial program here?"""
+def _probe(level: str, python: str) -> tuple[bool, str]:
+    """Can this level start a trivial program with `python` here? (ok, why not). Probed once per process."""
     if level == "bwrap" and not shutil.which("bwrap"):
-        return False
+        return False, "bubblewrap (`bwrap`) is not installed"
     if level == "unshare" and (
         os.geteuid() != 0 or not all(map(shutil.which, ("unshare", "setpriv", "mount"))) or not os.path.isdir("/mnt")
     ):
-        return False
-    for _ in range(2):  # one retry: a busy machine should not silently cost the run its isolation
-        probe = Sandbox(Limits(wall_s=20, cpu_s=5), isolation=level, python=python)
-        res = probe.run({"probe.py": "print('ok')"}, "probe.py")
-        ok = res.returncode == 0 and res.stdout.strip() == b"ok"
-        if ok:
-            break
-    if not ok:
-        warnings.warn(
-            f"sandbox level {level!r} failed its probe: rc={res.returncode} stderr={res.stderr[-300:]!r}",
-            RuntimeWarning,
-            stacklevel=2,
+        return False, "the unshare level needs root and util-linux's unshare, setpriv and mount"
+    why = ""
+    for _ in range(2):  # one retry: a busy machine should not cost the run its isolation
+        try:
+            probe = Sandbox(Limits(wall_s=20, cpu_s=5), isolation=level, python=python, allow_weaker=True)
+            probe._level = level
+            res = probe.run({"probe.py": "print('ok')"}, "probe.py")
+        except (OSError, RuntimeError) as exc:
+            why = str(exc)
+            continue
+        if res.returncode == 0 and res.stdout.strip() == b"ok":
+            return True, ""
+        why = f"its probe program failed: rc={res.returncode} stderr={res.stderr[-300:]!r}"
+    return False, why
+
+
+def level_works(level: str, python: str) -> bool:
+    with _probe_lock:  # graders run candidates in threads: probe once, not once per thread
+        return _probe(level, python)[0]
+
+
+def level_problem(level: str, python: str) -> str:
+    """Why `level` does not work here ("" when it does)."""
+    with _probe_lock:
+        return _probe(level, python)[1]
+
+
+def resolve_level(requested: str, python: str, allow_weaker: bool = False) -> str:
+    """The isolation level to run at; never silently below bubblewrap.
+
+    `auto` is bubblewrap when it works here. Otherwise, and for an explicitly named weaker level, it raises
+    `SandboxUnavailable` unless `allow_weaker` is set; then it takes the strongest level that works and warns
+    (every result records the level).
+    """
+    if requested != "auto" and requested not in isolation.LEVELS:
+        raise ValueError(f"unknown sandbox isolation {requested!r}; choose auto or one of {isolation.LEVELS}")
+    if requested in ("auto", "bwrap") and level_works("bwrap", python):
+        return "bwrap"
+    if requested == "bwrap":
+        raise SandboxUnavailable(
+            f"sandbox isolation 'bwrap' was requested but bubblewrap does not work here: "
+            f"{level_problem('bwrap', python)}; {INSTALL_HINT}; {OPT_IN_HINT}"
         )
-    return ok
-
-
-def resolve_level(requested: str, python: str) -> str:
-    """`auto` picks the strongest level that works here and warns when that is not bwrap."""
-    if requested != "auto":
-        if requested not in isolation.LEVELS:
-            raise ValueError(f"unknown sandbox isolation {requested!r}; choose auto or one of {isolation.LEVELS}")
-        return requested
-    for level in isolation.LEVELS:
-        if level == "process" or level_works(level, python):
-            if level != "bwrap":
-                warnings.warn(
-                    f"bubblewrap sandbox unavailable (apt-get install -y bubblewrap); "
-                    f"falling back to weaker isolation {level!r}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+    if not allow_weaker:
+        reason = (
+            f"bubblewrap does not work here ({level_problem('bwrap', python)})"
+            if requested == "auto"
+            else f"isolation {requested!r} is weaker than bubblewrap (a hostile program can write outside its "
+            f"directory, leave daemons behind or reach the network)"
+        )
+        raise SandboxUnavailable(f"refusing to run model-written code: {reason}; {INSTALL_HINT}; {OPT_IN_HINT}")
+    candidates = [lv for lv in isolation.LEVELS[1:] if requested == "auto" or lv == requested]
+    for level in candidates:
+        if level_works(level, python):
+            warnings.warn(
+                f"sandbox running at the weaker isolation level {level!r} (explicitly allowed); results record "
+                f"it. {INSTALL_HINT}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return level
-    raise AssertionError("unreachable")
+    problems = "; ".join(f"{lv}: {level_problem(lv, python)}" for lv in candidates)
+    raise SandboxUnavailable(f"no sandbox isolation level works here ({problems}); {INSTALL_HINT}")
+
+
+@functools.cache
+def _environment(python: str, level: str) -> dict:
+    probe = Sandbox(Limits(wall_s=60, cpu_s=30, memory_mb=4096), isolation=level, python=python, allow_weaker=True)
+    probe._level = level
+    res = probe.run({"probe.py": interpreter.PROBE_PROGRAM}, "probe.py")
+    try:
+        env = json.loads(res.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise RuntimeError(
+            f"the sandbox interpreter {python} does not start at level {level!r}: rc={res.returncode} "
+            f"stderr={res.stderr[-500:]!r}"
+        ) from exc
+    env["python"] = python  # as invoked (a virtualenv path), not sys.executable's resolution
+    return env
 
 
 def _kill_run(proc: subprocess.Popen, run_id: str) -> bool:

@@ -93,7 +93,7 @@ def check(
     ev = SudokuEval(
         size=size,
         path=puzzles,
-        num_puzzles=0,
+        num_puzzles=limit,  # None: every puzzle of the file
         format="compact",
         limit=limit,
         bucket_edges=[18, 21, 24, 27] if size == 6 else None,

@@ -1,8 +1,10 @@
 """SudokuEval: solved rate, blank-cell accuracy and parse failures, overall and per difficulty bucket.
 
-Puzzles come from a file (`path`, CSV/JSONL) or are generated from the held-out split (`size`,
-`num_puzzles`, `blanks`, `seed`); either way each has exactly one solution. Difficulty buckets: blank
-count ranges (`bucket_edges`) and solver effort (whether the MRV solver had to backtrack).
+Puzzles come from a file (`path`, CSV/JSONL: the first `num_puzzles` rows, read as a stream that stops
+there; null = every row) or are generated from the held-out split (`size`, `num_puzzles`, `blanks`, `seed`);
+either way each has exactly one solution, and a file whose rows repeat a puzzle is refused (file and lines
+named) rather than scoring it twice. Difficulty buckets: blank count ranges (`bucket_edges`) and solver
+effort (whether the MRV solver had to backtrack).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class SudokuEval(Eval):
     def __init__(
         self,
         size: int = 6,
-        num_puzzles: int = 200,
+        num_puzzles: int | None = 200,
         blanks: tuple[int, int] | list[int] = (18, 26),
         seed: int = 0,
         format: str = "compact",
@@ -64,7 +66,11 @@ class SudokuEval(Eval):
         if size not in (4, 6, 9):
             raise ValueError(f"eval.size: must be 4, 6 or 9, got {size!r}")
         cells = size * size
-        if isinstance(num_puzzles, bool) or not isinstance(num_puzzles, int) or num_puzzles < 1:
+        if num_puzzles is None and not path:
+            raise ValueError("eval.num_puzzles: null (every puzzle of the file) needs an eval.path")
+        if num_puzzles is not None and (
+            isinstance(num_puzzles, bool) or not isinstance(num_puzzles, int) or num_puzzles < 1
+        ):
             raise ValueError(f"eval.num_puzzles: must be an integer >= 1, got {num_puzzles!r}")
         if len(blanks) != 2 or not all(isinstance(b, int) for b in blanks) or not 1 <= blanks[0] <= blanks[1] < cells:
             raise ValueError(f"eval.blanks: must be [low, high] with 1 <= low <= high < {cells}, got {list(blanks)!r}")
@@ -84,12 +90,8 @@ class SudokuEval(Eval):
 
     def puzzles(self) -> list[Puzzle]:
         if self._puzzles is None:
-            if self.path:
-                ps = load_puzzles(resolve_path(self.path))  # repo-relative paths work from any directory
-                bad = [p.puzzle for p in ps if p.size != self.size]
-                if bad:
-                    raise ValueError(f"{self.path}: {len(bad)} puzzles are not {self.size}x{self.size}, e.g. {bad[0]}")
-                self._puzzles = ps[: self.num_puzzles] if self.num_puzzles else ps
+            if self.path:  # streamed: stops after num_puzzles rows; errors name the file and line
+                self._puzzles = load_puzzles(resolve_path(self.path), limit=self.num_puzzles, size=self.size)
             else:
                 self._puzzles = generate_puzzles(self.size, self.num_puzzles, self.blanks, self.seed, split="test")
         return self._puzzles
@@ -112,7 +114,7 @@ class SudokuEval(Eval):
         return out[: self.limit] if self.limit else out
 
     def score(self, item: EvalItem, text: str) -> dict[str, Any]:
-        return score_answer(item.meta["puzzle"], item.target, parse_answer(text, self.size))
+        return score_answer(item.meta["puzzle"], item.target, parse_answer(text, self.size, self.format))
 
     def summarize(self, scored: list[dict[str, Any]]) -> dict[str, Any]:
         out = _figures(scored, "")

@@ -53,26 +53,48 @@ def build_prompt(puzzle: str, fmt: str):
 
 
 _FENCE = re.compile(r"```[a-zA-Z]*")
+# A label in front of a grid row: "Row 1:", "**Row 1**:", "R1 |", "Line 3 -", "1. ", "(2) ", "3) ", "- 4: ".
+# The label's number is never a cell: on a labelled line only the digits after the label count.
+_ROW_LABEL = re.compile(
+    r"""^[\s*_#>|\-•]*(?:
+        (?:row|line|r)\s*\#?\s*\d+\s*[*_]*\s*[:.)\]|=\-]?   # Row 1:  R1  Line 2 -
+      | \(?\d+\s*[.):\]](?=\s)                            # 1.  1)  (1)  1:  followed by a space
+    )""",
+    re.IGNORECASE | re.VERBOSE,
+)
 
 
-def parse_answer(text: str, size: int) -> str | None:
+def _row_digits(line: str, valid: set[str], size: int) -> str | None:
+    """The N digits of a grid row on this line (separators ignored, a row label dropped), or None."""
+    label = _ROW_LABEL.match(line)
+    digits = "".join(ch for ch in line[label.end() if label else 0 :] if ch.isdigit())
+    return digits if len(digits) == size and set(digits) <= valid else None
+
+
+def parse_answer(text: str, size: int, fmt: str = "chat") -> str | None:
     """The solved grid as N*N digits, or None when the reply holds no complete grid.
 
-    Compact replies: the first N*N characters that are digits 1..N (the canvas is exactly the grid).
-    Chat replies: per line, the digits 1..N (any spaces, '|', ',', '-' or fences ignored); the last run of
-    N consecutive digit-bearing lines with exactly N digits each is
-    the grid (lines without digits, such as box separators, are skipped). Failing that, a line with exactly N*N
-    digits (a flattened grid) is accepted.
+    Compact replies (`fmt="compact"`): the first N*N non-space characters, when they are all digits 1..N
+    (the canvas is the grid; whatever the model writes after it, more digits included, does not count).
+    Otherwise (chat replies, or a compact reply that does not start with a grid), per line, the digits 1..N
+    (any spaces, '|', ',', '-' or fences ignored, and a row label such as `Row 1:` or a list number such as
+    `1.` dropped when the rest is a row); the last run of N consecutive digit-bearing lines with exactly N
+    digits each is the grid (lines without digits, such as box separators, are skipped). Failing that, a line
+    with exactly N*N digits (a flattened grid) is accepted, or a reply that is only digits and spaces
+    beginning with N*N of them and followed by no other digit.
     """
     cells = size * size
-    text = _FENCE.sub("\n", text)
     valid = set(str(d) for d in range(1, size + 1))
+    if fmt == "compact":
+        head = re.sub(r"\s", "", text)[:cells]
+        if len(head) == cells and set(head) <= valid:
+            return head
+    text = _FENCE.sub("\n", text)
     rows = []
     for line in text.splitlines():
-        digits = [ch for ch in line if ch.isdigit()]
-        if not digits:
+        if not any(ch.isdigit() for ch in line):
             continue  # blank lines and box separators neither count nor break a grid
-        rows.append("".join(digits) if len(digits) == size and all(d in valid for d in digits) else None)
+        rows.append(_row_digits(line, valid, size))
     best = None
     run: list[str] = []
     for row in rows:
