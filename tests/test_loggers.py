@@ -245,7 +245,8 @@ def test_a_key_without_network_logs_offline_within_the_bound(tmp_path, key_but_n
     t0 = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="harness.loggers"):
         logger.start(run_dir.name, "sweep", {"seed": 0}, str(run_dir))
-    assert time.monotonic() - t0 < 20  # probe (<= 2 s) + an offline init
+    elapsed = time.monotonic() - t0
+    assert elapsed < 30, elapsed  # probe (<= 2 s) + an offline init; it was ~100 s and a CommError
     assert "W&B server unreachable" in caplog.text and "127.0.0.1:9" in caplog.text
     logger.finish(read_metrics(run_dir), read_samples(run_dir))
     (path,) = find_offline_runs(run_dir / "wandb")
