@@ -57,3 +57,58 @@ def test_multiple_blocks_and_no_thought():
     assert split.answer == "(A) then  final (B)" and split.thought == "a\nb" and not split.unclosed
     plain = split_thoughts("The answer is (A).")
     assert not plain.has_thought and plain.answer == "The answer is (A)."
+
+
+def _lm_eval_raw(reply: str) -> dict[str, str]:
+    """lm-eval's own `gpqa_diamond_cot_zeroshot` filters applied to the reply as lm-eval would see it unstripped."""
+    from lm_eval.filters import build_filter_ensemble
+
+    from evals.gpqa.extract import task_filters
+
+    out = {}
+    for name, steps in task_filters():
+        resps = [[reply]]
+        for f in build_filter_ensemble(name, steps).filters:
+            resps = f().apply(resps, [DOC])
+        out[name] = list(resps)[0]
+    return out
+
+
+# Realistic replies without thought blocks: our extraction must agree with lm-eval's filters exactly.
+PLAIN = [
+    "Nitrogen makes up 78% of air. The answer is (D).",
+    "The answer is (D)",
+    "Let me think step by step. Argon is 0.9%, CO2 0.04%, O2 21%, N2 78%.\n\nThe answer is (D).",
+    "(D)",
+    "D",
+    "The correct choice is Nitrogen.",
+    "Answer: D",
+    "It is (B)... no wait, it is (D).",
+    "The answer is Nitrogen.",
+    "**The answer is (D).**",
+    "I am not sure.",
+]
+# With thought blocks lm-eval (run on the raw text) can pick a choice quoted in the reasoning; we strip the
+# thoughts first (documented in README: "thought blocks stripped first"). These are the disagreements.
+THOUGHT = [
+    (
+        f"{GEMMA_OPEN}Could it be (B)? The answer is (B). No.{GEMMA_CLOSE}The answer is (D).",
+        {"strict-match": "(D)", "flexible-extract": "(D)"},
+    ),
+    (
+        "<think>The answer is (C)? Oxygen is reactive.</think>\nNitrogen, so (D).",
+        {"strict-match": "[invalid]", "flexible-extract": "(D)"},
+    ),
+]
+
+
+@pytest.mark.parametrize("reply", PLAIN)
+def test_plain_replies_agree_with_lm_eval_filters(reply):
+    assert extract_answers(reply, DOC) == _lm_eval_raw(reply)
+
+
+@pytest.mark.parametrize("reply,ours", THOUGHT)
+def test_thought_replies_differ_from_raw_lm_eval_only_by_the_strip(reply, ours):
+    got, raw = extract_answers(reply, DOC), _lm_eval_raw(reply)
+    assert got == ours
+    assert raw["strict-match"] != got["strict-match"]  # the documented disagreement: raw filters read the thought
