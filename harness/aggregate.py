@@ -294,7 +294,13 @@ def cli_parser(module: str, doc: str, out: str, out_help: str) -> argparse.Argum
 
 
 def tpf_range(args: argparse.Namespace) -> tuple[float, float] | None:
-    return tuple(args.tpf_range) if args.tpf_range else None
+    """`--tpf-range LO HI`, refused unless 0 <= LO < HI (a reversed range would give an AUP of NaN)."""
+    if not args.tpf_range:
+        return None
+    lo, hi = args.tpf_range
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo < hi):
+        raise SystemExit(f"--tpf-range: need finite 0 <= LO < HI, got {lo} {hi}")
+    return lo, hi
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -145,3 +145,10 @@ def test_unreadable_sample_lines_are_counted_in_the_table(tmp_path, capsys):
     row = collect([tmp_path]).iloc[0]
     assert row["samples_rows"] == 2 and row["samples_bad_lines"] == 1 and row["consistent"]
     assert "samples.jsonl: skipped 1 unreadable line(s) (line 2: no sample_id string)" in capsys.readouterr().out
+
+
+def test_a_reversed_tpf_range_is_refused(tmp_path):
+    from harness.aggregate import main
+
+    with pytest.raises(SystemExit, match="tpf-range"):
+        main([str(tmp_path), "--out", str(tmp_path / "out"), "--tpf-range", "10", "1"])
