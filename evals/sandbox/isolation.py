@@ -100,6 +100,15 @@ def staged_bwrap_command(bwrap_argv: list[str], staged: Mapping[str, str], uid: 
     return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script]
 
 
+# Each sandbox gets private tmpfs mounts over these; an interpreter living below one must be bound back.
+PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def under_private_tmp(path: str) -> bool:
+    p = os.path.abspath(path)
+    return any(p == d or p.startswith(d + "/") for d in PRIVATE_TMP_DIRS)
+
+
 def blocking_ancestor(path: str) -> str | None:
     """The highest directory on the way to `path` that other users cannot traverse (None: all traversable)."""
     parts = os.path.abspath(path).split("/")
@@ -146,7 +155,6 @@ def bwrap_command(
             cmd += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             cmd += ["--ro-bind", d, d]
-    cmd += _python_binds(list(python_dirs), staged)
     cmd += [
         "--ro-bind",
         code_dir,
@@ -159,6 +167,10 @@ def bwrap_command(
         str(limits.tmp_size_mb << 20),
         "--tmpfs",
         "/tmp",
+    ]
+    # after the private /tmp: an interpreter living under /tmp (a checkout there) stays visible at its path
+    cmd += _python_binds(list(python_dirs), staged)
+    cmd += [
         "--remount-ro",
         "/dev",
         "--remount-ro",
@@ -205,10 +217,11 @@ def unshare_command(
     size = limits.tmp_size_mb << 20
     staged = staged or {}
     covers = sorted({a for d in staged if (a := blocking_ancestor(d))})
-    reveal = []
+    reveal, reveal_after_tmp = [], []
     for d, stage in staged.items():
         q = shlex.quote(d)
-        reveal += [f"mkdir -p {q}", f"mount --bind {shlex.quote(stage)} {q}", f"mount -o remount,bind,ro {q}"]
+        cmds = [f"mkdir -p {q}", f"mount --bind {shlex.quote(stage)} {q}", f"mount -o remount,bind,ro {q}"]
+        (reveal_after_tmp if under_private_tmp(d) else reveal).extend(cmds)
     inner = " && ".join(
         [
             *staging_commands(staged),
@@ -216,7 +229,8 @@ def unshare_command(
             *reveal,
             f"mount --bind {shlex.quote(code_dir)} /mnt",
             "mount -o remount,bind,ro /mnt",
-            *(f"mount -t tmpfs -o size={size},mode=1777 tmpfs {d}" for d in ("/tmp", "/var/tmp", "/dev/shm")),
+            *(f"mount -t tmpfs -o size={size},mode=1777 tmpfs {d}" for d in PRIVATE_TMP_DIRS),
+            *reveal_after_tmp,  # an interpreter under /tmp (e.g. a checkout there), staged outside it
             "cd /tmp",
             "exec "
             + shlex.join(

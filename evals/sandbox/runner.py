@@ -108,6 +108,7 @@ class Sandbox:
         level = self.isolation
         run_id = uuid.uuid4().hex
         root = tempfile.mkdtemp(prefix="sandbox-")
+        self._stage_roots: list[str] = []
         try:
             with lease_uid() as uid:
                 code_dir, work_dir = self._prepare(root, files, level, uid)
@@ -115,6 +116,8 @@ class Sandbox:
                 return self._execute(argv, level, root, work_dir, stdin, stop_when, run_id, None if drops else uid)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+            for stage_root in self._stage_roots:  # empty mount points outside the namespace
+                shutil.rmtree(stage_root, ignore_errors=True)
 
     # -- setup ---------------------------------------------------------------------------------------
 
@@ -161,6 +164,13 @@ class Sandbox:
         if level == "unshare":
             if uid is None:
                 raise RuntimeError("the unshare sandbox level needs root")
+            hidden = [d for d in dirs if isolation.under_private_tmp(d) and d not in staged]
+            if hidden:  # the private /tmp would hide them: stage them outside every private tmp dir
+                stage_root = tempfile.mkdtemp(prefix="sandbox-py-", dir="/run")
+                self._stage_roots.append(stage_root)
+                for i, d in enumerate(hidden):
+                    staged[d] = os.path.join(stage_root, f"python{i}")
+                    os.mkdir(staged[d], 0o755)
             argv = isolation.unshare_command(self.limits, self.python, code_dir, entry, args, run_id, uid, staged)
             return prefix + argv, True
         if unreachable:
