@@ -33,9 +33,16 @@ lint: venv  ## ruff: lint (incl. import order) and format check; config in pypro
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-SWEEP_PARTS := sudoku_sweep sudoku_remask sudoku_confidence sudoku_topk sudoku_baselines
+# Two lanes of about equal work, one per core (each job decodes single-threaded; no two parts share a run
+# dir); the summary and plots are drawn once, when both lanes are done.
+SWEEP_LANES := sudoku_sweep,sudoku_remask+sudoku_confidence+sudoku_topk+sudoku_baselines
+SWEEP_DIR := outputs/sweeps/sudoku_sweep
 sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + AR baselines, Pareto plot
-	for part in $(SWEEP_PARTS); do $(PY) -m harness.run experiment=$$part || exit 1; done
+	@pids=""; for lane in $$(echo "$(SWEEP_LANES)" | tr ',' ' '); do \
+	  ( for part in $$(echo $$lane | tr '+' ' '); do \
+	      $(PY) -m harness.run experiment=$$part 'hydra.callbacks={}' || exit 1; done ) & pids="$$pids $$!"; \
+	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
+	$(PY) -m harness.pareto $(SWEEP_DIR) --out $(SWEEP_DIR)/summary
 
 pareto: venv  ## redraw Pareto plots + summary table from every run under outputs/
 	$(PY) -m harness.pareto outputs/sweeps outputs/runs --out outputs/plots
