@@ -108,15 +108,13 @@ def memory_in_u(batch: int = 2, steps: int = 3, vocab: int = 262_144, canvas: in
     }
 
 
-def syncs_per_step(adapter, batch: int, n: int, max_new_tokens: int) -> float:
-    """Device reads per denoising step that are not inside the model's own calls."""
+def count_syncs(dec, reqs, batch_size: int) -> tuple[float, list]:
+    """(host syncs per denoising step, results): `aten::_local_scalar_dense` events (profiler) outside the
+    model's own calls (prefill, denoise, commit, masks), while `dec` streams `reqs`."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from harness.decode import BlockDiffusionDecoder
-    from samplers.config import EntropyBoundConfig
-
-    dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
-    names = ("denoise", "prefill", "commit", "canvas_masks")
+    adapter = dec.model
+    inner = {name: getattr(adapter, name) for name in ("denoise", "prefill", "commit", "canvas_masks")}
 
     def wrap(name, fn):
         def call(*a, **k):
@@ -125,13 +123,13 @@ def syncs_per_step(adapter, batch: int, n: int, max_new_tokens: int) -> float:
 
         return call
 
-    for name in names:
-        setattr(adapter, name, wrap(name, getattr(adapter, name)))
+    for name, fn in inner.items():
+        setattr(adapter, name, wrap(name, fn))
     try:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            list(dec.stream(_requests(adapter, n, max_new_tokens), batch_size=batch))
+            results = list(dec.stream(reqs, batch_size=batch_size))
     finally:
-        for name in names:
+        for name in inner:
             delattr(adapter, name)
     events = prof.events()
     spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("model::"))
@@ -141,8 +139,18 @@ def syncs_per_step(adapter, batch: int, n: int, max_new_tokens: int) -> float:
         i = bisect.bisect_right(starts, e.time_range.start) - 1
         return i >= 0 and e.time_range.end <= spans[i][1]
 
-    syncs = sum(1 for e in events if e.name == "aten::_local_scalar_dense" and not inside_model(e))
-    return syncs / max(1, sum(1 for e in events if e.name == "model::denoise"))
+    syncs = [e for e in events if e.name == "aten::_local_scalar_dense" and not inside_model(e)]
+    steps = sum(1 for e in events if e.name == "model::denoise")
+    return len(syncs) / max(1, steps), results
+
+
+def syncs_per_step(adapter, batch: int, n: int, max_new_tokens: int) -> float:
+    """Device reads per denoising step that are not inside the model's own calls (default sampler)."""
+    from harness.decode import BlockDiffusionDecoder
+    from samplers.config import EntropyBoundConfig
+
+    dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
+    return count_syncs(dec, _requests(adapter, n, max_new_tokens), batch)[0]
 
 
 def loop_overhead(adapter, batch: int, n: int, max_new_tokens: int) -> dict[str, Any]:

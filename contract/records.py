@@ -24,6 +24,23 @@ class GenerationRequest:
     stop_strings: list[str] = field(default_factory=list)
 
 
+def check_request(r: GenerationRequest) -> None:
+    """A request every decoder can serve: a prompt and at least one new token."""
+    if not r.prompt_ids:
+        raise ValueError(f"request {r.sample_id!r} has an empty prompt")
+    if r.max_new_tokens < 1:
+        raise ValueError(f"request {r.sample_id!r}: max_new_tokens must be >= 1, got {r.max_new_tokens}")
+
+
+def check_requests(requests: list[GenerationRequest]) -> None:
+    """`check_request` for each, and sample ids unique (results are matched to requests by id)."""
+    ids = [r.sample_id for r in requests]
+    if len(set(ids)) != len(ids):
+        raise ValueError("duplicate sample_id in one generate() call")
+    for r in requests:
+        check_request(r)
+
+
 @dataclass
 class GenerationResult:
     """What any decoder (diffusion, AR, AR+draft) returns for one request."""

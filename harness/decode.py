@@ -31,7 +31,7 @@ from itertools import islice
 import torch
 
 from contract.decoding import DecoderKind
-from contract.records import GenerationRequest, GenerationResult
+from contract.records import GenerationRequest, GenerationResult, check_request
 from contract.text import cut_at_stop
 from samplers import streams
 from samplers.config import SamplerConfig
@@ -140,11 +140,12 @@ class _Logits:
         self.raw = self.sc = torch.empty(0, c, v, device=device)
         self.capacity = 0
 
-    def grow(self, b: int, sample_fused: bool) -> None:
+    def grow(self, b: int) -> None:
         """Grow to `b` rows (only while the first rows are admitted; later admissions refill freed rows)."""
         old_sc = self.sc
         self.raw = torch.empty(b, *self.shape, dtype=self.fused_dtype or torch.float32, device=self.device)
-        self.sc = torch.empty(b, *self.shape, dtype=self.fused_dtype, device=self.device) if sample_fused else self.raw
+        fused = self.fused_dtype is not None
+        self.sc = torch.empty(b, *self.shape, dtype=self.fused_dtype, device=self.device) if fused else self.raw
         self.sc[: old_sc.shape[0]].copy_(old_sc)
         self.capacity = b
 
@@ -241,7 +242,7 @@ class BlockDiffusionDecoder:
                 return
             b = len(rows)
             if logits.capacity < b:
-                logits.grow(b, sample_fused=self.fused)
+                logits.grow(b)
                 sample = fused_sampling(logits.sc) if self.fused else sample
             if changed or masks is None:
                 masks = model.canvas_masks(state, c)
@@ -316,10 +317,7 @@ class BlockDiffusionDecoder:
                 sc_rows = [sc_rows[i] for i in keep]
 
     def _start(self, req: GenerationRequest) -> _Row:
-        if not req.prompt_ids:
-            raise ValueError(f"request {req.sample_id!r} has an empty prompt")
-        if req.max_new_tokens < 1:
-            raise ValueError(f"request {req.sample_id!r}: max_new_tokens must be >= 1, got {req.max_new_tokens}")
+        check_request(req)
         res = GenerationResult(req.sample_id, [], "", 0, encoder_forwards=1, prompt_tokens=len(req.prompt_ids))
         self._open_canvas(res)
         return _Row(req, res, admitted=time.perf_counter())

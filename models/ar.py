@@ -21,7 +21,7 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 from contract.decoding import DecoderKind, stream_in_batches
 from contract.paths import resolve_model_ref
-from contract.records import GenerationRequest, GenerationResult
+from contract.records import GenerationRequest, GenerationResult, check_requests
 from contract.text import Prompt, cut_at_stop, default_eos_ids, encode_prompt
 from models.forward_counter import ForwardCounter, RowFinishRecorder, StepStreamer
 from models.gemma4_mtp import ASSISTANT_MODEL_TYPES, export_shared_kv, load_assistant
@@ -119,7 +119,7 @@ class ARDecoder:
         return encode_prompt(self.tokenizer, prompt, self.enable_thinking)
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        _check_requests(requests)
+        check_requests(requests)
         results: dict[str, GenerationResult] = {}
         for group in _groups(requests):  # one `generate` call needs one max_new_tokens and one stop list
             for res in self._generate_group(group):
@@ -365,17 +365,6 @@ class AssistedARDecoder(ARDecoder):
                 "accepted_drafts": sum(per_step) - len(per_step),
             },
         )
-
-
-def _check_requests(requests: list[GenerationRequest]) -> None:
-    ids = [r.sample_id for r in requests]
-    if len(set(ids)) != len(ids):
-        raise ValueError("duplicate sample_id in one generate() call")
-    for r in requests:
-        if not r.prompt_ids:
-            raise ValueError(f"request {r.sample_id!r} has an empty prompt")
-        if r.max_new_tokens < 1:
-            raise ValueError(f"request {r.sample_id!r}: max_new_tokens must be >= 1, got {r.max_new_tokens}")
 
 
 def _groups(requests: list[GenerationRequest]) -> list[list[GenerationRequest]]:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from contract.decoding import DecoderKind, stream_in_batches
-from contract.records import GenerationRequest, GenerationResult
+from contract.records import GenerationRequest, GenerationResult, check_request
 from contract.text import Prompt, cut_at_stop
 from models.diffusion_gemma import DiffusionGemmaAdapter
 
@@ -42,8 +42,7 @@ class DiffusionGemmaARDecoder:
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         a = self.adapter
         for r in requests:
-            if not r.prompt_ids or r.max_new_tokens < 1:
-                raise ValueError(f"request {r.sample_id!r}: needs a prompt and max_new_tokens >= 1")
+            check_request(r)
         state = a.prefill([r.prompt_ids for r in requests])
         outputs: list[list[int]] = [[] for _ in requests]
         done = [False] * len(requests)

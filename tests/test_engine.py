@@ -3,11 +3,10 @@ time and resume (bit for bit), every computed row useful, one host read per step
 
 from __future__ import annotations
 
-import bisect
-
 import pytest
 import torch
 
+from bench.engine import count_syncs
 from contract.records import GenerationRequest, decode_metrics
 from harness.decode import BlockDiffusionDecoder, sampler_step
 from samplers import streams
@@ -124,41 +123,6 @@ def test_random_streams_are_a_pure_function_of_their_key():
     )
 
 
-def _syncs_outside_forward(dec, reqs, batch_size):
-    """Host syncs (`aten::_local_scalar_dense`) per denoising step, not counting the model's own forwards."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    adapter = dec.model
-    inner = {name: getattr(adapter, name) for name in ("denoise", "prefill", "commit", "canvas_masks")}
-
-    def wrap(name, fn):
-        def call(*a, **k):
-            with record_function(f"model::{name}"):
-                return fn(*a, **k)
-
-        return call
-
-    for name, fn in inner.items():
-        setattr(adapter, name, wrap(name, fn))
-    try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            results = list(dec.stream(reqs, batch_size=batch_size))
-    finally:
-        for name in inner:
-            delattr(adapter, name)
-    events = prof.events()
-    spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("model::"))
-    starts = [a for a, _ in spans]
-
-    def inside_model(e) -> bool:  # model calls never overlap: only the last span starting before e can hold it
-        i = bisect.bisect_right(starts, e.time_range.start) - 1
-        return i >= 0 and e.time_range.end <= spans[i][1]
-
-    syncs = [e for e in events if e.name == "aten::_local_scalar_dense" and not inside_model(e)]
-    steps = sum(1 for e in events if e.name == "model::denoise")
-    return len(syncs) / steps, results
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 32])
 def test_at_most_one_host_sync_per_step(adapter_factory, medium_diffusion_dir, batch_size):
@@ -166,7 +130,7 @@ def test_at_most_one_host_sync_per_step(adapter_factory, medium_diffusion_dir, b
     dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
     prompts = (PROMPTS * 4)[: max(4, batch_size * 3 // 2)]  # at 32: rows leave, commit and are refilled
     reqs = [GenerationRequest(f"s{i}", adapter.encode(p), seed=i, max_new_tokens=16) for i, p in enumerate(prompts)]
-    per_step, results = _syncs_outside_forward(dec, reqs, batch_size)
+    per_step, results = count_syncs(dec, reqs, batch_size)
     assert len(results) == len(prompts)
     assert per_step <= 1.0, per_step
 
