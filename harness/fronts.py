@@ -10,6 +10,12 @@ the fastest run), AUP = 1/(hi - lo) * integral of f(x) over [lo, hi]. It is in q
 lo = 1 (AR) and hi = the largest TPF any model reached on that eval, so models on one eval share a range;
 pass `tpf_range` to fix it across tables. Adding a run never lowers AUP.
 
+Hypervolume (the multi-objective search's yardstick): the area of the (TPF, quality) region that some run
+dominates and that dominates a reference point (default TPF 1, quality 0: AR speed, nothing right). Unlike AUP
+it is not normalized by a range, so a run that reaches a higher TPF adds area: fronts found by different
+searches compare by it directly (`bench/search.py`). `hypervolume(..., tpf_max=hi)` clips at a TPF, the
+comparison over a shared range.
+
 `harness.aggregate` marks the fronts in the run table with `annotate_fronts`; `harness.pareto` draws them.
 """
 
@@ -51,6 +57,21 @@ def area_under_front(tpf: Iterable[float], quality: Iterable[float], lo: float, 
             total += yj * (b - a)
         prev = xj
     return total / (hi - lo)
+
+
+def hypervolume(
+    tpf: Iterable[float], quality: Iterable[float], ref: tuple[float, float] = (1.0, 0.0), tpf_max: float | None = None
+) -> float:
+    """Area dominated by the points and dominating `ref` = (tpf, quality), maximize both; optionally only up to
+    `tpf_max`. NaN points and points not better than `ref` on both axes add nothing; an empty set gives 0."""
+    x, y = np.asarray(list(tpf), dtype=float), np.asarray(list(quality), dtype=float)
+    keep = ~(np.isnan(x) | np.isnan(y)) & (x > ref[0]) & (y > ref[1])
+    if not keep.any():
+        return 0.0
+    hi = float(x[keep].max()) if tpf_max is None else min(float(tpf_max), float(x[keep].max()))
+    if not hi > ref[0]:
+        return 0.0
+    return area_under_front(x[keep], y[keep] - ref[1], ref[0], hi) * (hi - ref[0])
 
 
 def annotate_fronts(

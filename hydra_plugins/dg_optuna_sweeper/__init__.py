@@ -1,0 +1,1 @@
+"""Hydra sweeper `hydra/sweeper=optuna_moo`: multi-objective sampler search on current Optuna (see harness.search)."""
