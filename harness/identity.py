@@ -32,7 +32,7 @@ def folder_fingerprint(folder: Path) -> str:
 def model_identity(model_cfg: Any) -> dict[str, Any]:
     """Fingerprints of the weights a model config loads (main model and draft, when there is one)."""
     out: dict[str, Any] = {}
-    for key in ("path", "draft_path", "tokenizer"):
+    for key in ("path", "draft_path", "tokenizer", "adapter"):
         ref = model_cfg.get(key)
         if not ref:
             continue

@@ -25,6 +25,7 @@ from contract.records import GenerationRequest, GenerationResult, check_requests
 from contract.text import Prompt, cut_at_stop, default_eos_ids, encode_prompt
 from models.forward_counter import ForwardCounter, RowFinishRecorder, StepStreamer
 from models.gemma4_mtp import ASSISTANT_MODEL_TYPES, export_shared_kv, load_assistant
+from models.lora import load_adapter
 
 DEFAULT_MODEL = "google/gemma-4-26B-A4B-it"
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -83,6 +84,7 @@ class ARDecoder:
         enable_thinking: bool | None = None,
         eos_token_ids: list[int] | None = None,
         revision: str | None = None,
+        adapter: str | None = None,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -108,6 +110,9 @@ class ARDecoder:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, revision=None if tokenizer != path else revision)
         self.model = load_causal_lm(path, dtype, device, device_map, attn_implementation, revision=revision)
+        if adapter:  # a LoRA adapter (models.lora) on the target, merged
+            self.model = load_adapter(self.model, resolve_model_ref(adapter, "model.adapter")).eval()
+        self.lora_adapter = adapter
         self.device = self.model.device
         self.eos_ids = sorted(set(eos_token_ids or default_eos_ids(self.model.generation_config, self.tokenizer)))
         self._stop_cache: dict[tuple[str, ...], StopStringCriteria] = {}
@@ -134,6 +139,7 @@ class ARDecoder:
             "decoder": self.label,
             "name": self.name,
             "path": self.path,
+            "lora_adapter": self.lora_adapter,
             "model_class": type(self.model).__name__,
             "dtype": self.dtype,
             "device": str(self.device),
@@ -242,6 +248,8 @@ class AssistedARDecoder(ARDecoder):
     Assisted generation is batch 1 in transformers, so requests run one after another (`batched=False`).
     NFE = target forwards (prefill + one verify forward per step); draft forwards are recorded in `extra`.
     """
+
+    kind = DecoderKind.AR_DRAFT  # the assisted family before loading; `label` says ar+mtp or ar+draft once loaded
 
     def __init__(
         self,

@@ -19,6 +19,7 @@ from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
 from models import kv_rows
+from models.lora import load_adapter
 
 # Logits are made and read in blocks of canvas positions of at most this many float32 bytes, so the only
 # full-size logits tensor is the caller's output (the block size depends on (C, V) alone: batch invariance).
@@ -63,6 +64,7 @@ class DiffusionGemmaAdapter:
         eos_token_ids: list[int] | None = None,
         num_threads: int | None = None,
         revision: str | None = None,
+        adapter: str | None = None,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -76,6 +78,9 @@ class DiffusionGemmaAdapter:
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(path, **kwargs).eval()
+        if adapter:  # a LoRA adapter (models.lora), merged: the same modules and speed as the base
+            model = load_adapter(model, resolve_model_ref(adapter, "model.adapter")).eval()
+        self.lora_adapter = adapter
         if not device_map:
             model.to(device)
         self._bind(
@@ -94,7 +99,7 @@ class DiffusionGemmaAdapter:
     ) -> DiffusionGemmaAdapter:
         """Wrap a model already in memory (e.g. built directly on a GPU with random weights)."""
         self = cls.__new__(cls)
-        self.path, self.name = f"<{name}>", name
+        self.path, self.name, self.lora_adapter = f"<{name}>", name, None
         self._bind(model.eval(), tokenizer, enable_thinking, eos_token_ids, compile)
         return self
 
@@ -296,6 +301,7 @@ class DiffusionGemmaAdapter:
         return {
             "model": self.name,
             "path": self.path,
+            "lora_adapter": self.lora_adapter,
             "dtype": str(self.model.dtype),
             "device": str(self.device),
             "canvas_length": self.canvas_length,

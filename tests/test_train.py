@@ -7,7 +7,8 @@ import csv
 import pytest
 import torch
 
-from evals.sudoku.train import DigitCodec, ModelShape, TrainConfig, build_model, diffusion_loss, lr_at, progress, train
+from evals.sudoku.train import DigitCodec, ModelShape, TrainConfig, build_model, lr_at, objective, progress, train
+from models.objectives import Batch, block_diffusion_loss
 from models.tiny import char_tokenizer
 
 TINY = ModelShape(hidden=32, layers=2, heads=2, head_dim=16, intermediate=64, num_experts=1)
@@ -63,7 +64,8 @@ def test_diffusion_loss_falls_on_a_fixed_batch():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(30):
-        loss = diffusion_loss(model, cfg, prompt, clean, torch.Generator().manual_seed(1))  # same noise each step
+        gen = torch.Generator().manual_seed(1)  # same noise each step
+        loss, _ = block_diffusion_loss(model, objective(cfg), Batch(prompt, clean), gen)
         opt.zero_grad()
         loss.backward()
         opt.step()

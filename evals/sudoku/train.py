@@ -1,115 +1,61 @@
 """Train small Sudoku solvers: a DiffusionGemma block-diffusion model, or a Gemma 4 AR model / AR draft.
 
-Run:  python -m evals.sudoku.train                       # recipe conf/train/sudoku6_diffusion.yaml (CPU default)
-      python -m evals.sudoku.train train=sudoku6_ar      # same data and budget, AR baseline
-      python -m evals.sudoku.train train=sudoku9_gpu     # 9x9 on a GPU
+Run:  python -m harness.train                       # recipe conf/train/sudoku6_diffusion.yaml (CPU default)
+      python -m harness.train train=sudoku6_ar      # same data and budget, AR baseline
+      python -m harness.train train=sudoku9_gpu     # 9x9 on a GPU
+      python -m harness.train train=sudoku9_lora    # LoRA fine-tune of DiffusionGemma 26B (docs/lora.md)
+(`python -m evals.sudoku.train ...` is the same entry.)
 Config: conf/train.yaml (under the main config root: shares `paths` and `local` with the eval app) picks a
 recipe from conf/train/; any TrainConfig field can be overridden (`steps=100 model.hidden=64`).
 
-Diffusion objective (uniform-state, as the checkpoint was trained): per example t ~ U(t_min, 1); every
-canvas position is replaced by a uniformly random token from the whole vocabulary with probability t;
-cross-entropy on all canvas positions (the model must both fill blanks and spot corrupted tokens, which
-is what the entropy-bound sampler relies on). Self-conditioning: with probability `self_cond_prob` a
-no-grad first pass on the same noisy canvas gives logits, scaled by 1/T (T ~ U(sc_temperature), as the
-sampler feeds temperature-scaled logits), fed to the second pass via `self_conditioning_mask`.
-AR objective: next-token cross-entropy on the answer tokens after the prompt.
+Diffusion objective: the uniform-state loss with self-conditioning of `models.objectives` (shared with the
+LoRA fine-tuning of `evals.sudoku.finetune`). AR objective: next-token cross-entropy on the answer tokens
+after the prompt. A recipe with `lora:` set fine-tunes adapters on `init_from` instead (`run` dispatches).
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
-import os
 import random
-import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import hydra
 import torch
-import torch.nn.functional as F
-from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
+from omegaconf import DictConfig
 
-from contract.paths import register_path_resolver
 from evals.sudoku.check import reference_decode
 from evals.sudoku.eval import SudokuEval
+from evals.sudoku.finetune import train_lora
+from evals.sudoku.recipe import (
+    ModelShape,
+    Schedule,
+    TrainApp,
+    TrainConfig,
+    autocast,
+    config_from,
+    lr_at,
+    objective,
+    progress,
+    register_train_configs,
+)
 from evals.sudoku.stream import Curriculum, PuzzleStream
+from models.objectives import Batch, block_diffusion_loss
 
-
-@dataclass
-class ModelShape:
-    hidden: int = 128
-    layers: int = 4
-    heads: int = 4
-    head_dim: int = 32
-    intermediate: int = 256
-    num_experts: int = 2  # diffusion only (DiffusionGemma's MoE needs >= 1 expert)
-
-
-@dataclass
-class TrainConfig:
-    kind: str = "diffusion"  # "diffusion" | "ar"
-    out_dir: str = "models/checkpoints/sudoku6_diffusion"
-    size: int = 6
-    steps: int = 3000
-    batch_size: int = 64
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 100
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    curriculum_start: list[int] = field(default_factory=lambda: [2, 12])
-    curriculum_end: list[int] = field(default_factory=lambda: [14, 26])
-    curriculum_ramp: float = 0.4  # fraction of the budget (see `progress`) over which the blank range ramps up
-    fresh_per_batch: int = 8
-    t_min: float = 0.02
-    self_cond_prob: float = 0.5
-    sc_temperature: list[float] = field(default_factory=lambda: [0.6, 0.8])
-    model: ModelShape = field(default_factory=ModelShape)
-    device: str = "cpu"
-    threads: int = 2  # CPU threads (0 = torch default)
-    bf16: bool = False  # autocast on cuda
-    seed: int = 0
-    log_every: int = 25
-    save_every: int = 250
-    eval_every: int = 500
-    eval_puzzles: int = 64
-    eval_blanks: list[int] = field(default_factory=lambda: [18, 24])
-    init_from: str | None = None  # start from this checkpoint's weights (continued training / fine-tuning)
-    max_minutes: float = 0.0  # wall-clock budget (0 = none): the run ends at `steps` or here, schedule included
-    resume: bool = True
-
-
-@dataclass
-class TrainApp(TrainConfig):
-    """The composed training config (conf/train.yaml): a recipe's TrainConfig fields plus the groups shared with
-    the eval app. Typed, so every field is overridable on the command line and a wrong type fails at once."""
-
-    paths: dict[str, Any] = field(default_factory=dict)
-    local: dict[str, Any] = field(default_factory=dict)  # per-machine settings (conf/local/), unused here
-
-
-def progress(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
-    """Fraction of the budget spent: steps, or wall time when `max_minutes` is set and runs out first.
-
-    On a shared CPU the step rate is unknown in advance; driving the LR decay and the curriculum by this
-    fraction makes a time-capped run still finish its schedule (anneal + full curriculum) on time.
-    """
-    p = step / cfg.steps
-    if cfg.max_minutes:
-        p = max(p, elapsed_s / (60 * cfg.max_minutes))
-    return min(1.0, p)
-
-
-def lr_at(cfg: TrainConfig, step: int, frac: float) -> float:
-    """Linear warmup over `warmup_steps`, then cosine decay to `min_lr_ratio * lr` as `frac` reaches 1."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+# the recipe schema lives in evals.sudoku.recipe (shared with the LoRA trainer); importable from here as before
+__all__ = [
+    "ModelShape",
+    "TrainApp",
+    "TrainConfig",
+    "config_from",
+    "lr_at",
+    "objective",
+    "progress",
+    "register_train_configs",
+    "run",
+    "train",
+]
 
 
 def build_model(cfg: TrainConfig, tokenizer):
@@ -146,31 +92,6 @@ class DigitCodec:
     def encode(self, strings: list[str], device) -> torch.Tensor:
         digits = torch.tensor([[ord(ch) - 48 for ch in s] for s in strings], dtype=torch.long)
         return self.table[digits].to(device)
-
-
-def diffusion_loss(model, cfg: TrainConfig, prompt: torch.Tensor, clean: torch.Tensor, gen: torch.Generator):
-    b, c = clean.shape
-    vocab = model.config.text_config.vocab_size
-    dev = clean.device
-    t = cfg.t_min + (1 - cfg.t_min) * torch.rand(b, generator=gen).to(dev)
-    corrupt = torch.rand(b, c, generator=gen).to(dev) < t[:, None]
-    noisy = torch.where(corrupt, torch.randint(0, vocab, (b, c), generator=gen).to(dev), clean)
-    sc_mask = (torch.rand(b, generator=gen) < cfg.self_cond_prob).to(dev)
-    sc_logits = None
-    if sc_mask.any():
-        with torch.no_grad():
-            first = model(input_ids=prompt[sc_mask], decoder_input_ids=noisy[sc_mask]).logits.float()
-        lo, hi = cfg.sc_temperature
-        temp = lo + (hi - lo) * torch.rand(first.shape[0], 1, 1, generator=gen).to(dev)
-        sc_logits = torch.zeros(b, c, first.shape[-1], device=dev, dtype=first.dtype)
-        sc_logits[sc_mask] = first / temp
-    logits = model(
-        input_ids=prompt,
-        decoder_input_ids=noisy,
-        self_conditioning_logits=sc_logits,
-        self_conditioning_mask=sc_mask if sc_logits is not None else None,
-    ).logits
-    return F.cross_entropy(logits.float().reshape(b * c, -1), clean.reshape(-1))
 
 
 def ar_loss(model, prompt: torch.Tensor, clean: torch.Tensor):
@@ -240,20 +161,14 @@ def train(cfg: TrainConfig) -> dict:
     if new_log:
         log.writerow(["step", "loss", "lr", "blanks_lo", "blanks_hi", "elapsed_s", "eval_solved", "eval_tpf"])
     model.train()
-    t0 = time.perf_counter() - elapsed0
     run_loss, run_n, step = 0.0, 0, start
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if (cfg.bf16 and dev.type == "cuda") else None
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {cfg.kind}", unit="step")
-    for step in bar:
-        frac = progress(cfg, step, time.perf_counter() - t0)
-        lr = lr_at(cfg, step, frac)
-        for g in opt.param_groups:
-            g["lr"] = lr
+    schedule = Schedule(cfg, opt, start, elapsed0, f"train {cfg.kind}")
+    for step, frac, lr in schedule:
         puzzles, solutions = stream.batch(frac, cfg.batch_size)
         prompt, clean = codec.encode(puzzles, dev), codec.encode(solutions, dev)
-        with amp if amp is not None else torch.autocast("cpu", enabled=False):
+        with autocast(cfg, dev):
             if cfg.kind == "diffusion":
-                loss = diffusion_loss(model, cfg, prompt, clean, gen)
+                loss, _ = block_diffusion_loss(model, objective(cfg), Batch(prompt, clean), gen)
             else:
                 loss = ar_loss(model, prompt, clean)
         if not torch.isfinite(loss):
@@ -265,12 +180,12 @@ def train(cfg: TrainConfig) -> dict:
         run_loss, run_n = run_loss + loss.item(), run_n + 1
         done = step + 1
         ev = {}
-        last = done == cfg.steps or progress(cfg, done, time.perf_counter() - t0) >= 1.0
+        last = schedule.is_last(done)
         if cfg.eval_every and (done % cfg.eval_every == 0 or last):
             ev = quick_eval(model, cfg, tokenizer, cfg.eval_puzzles)
         if done % cfg.log_every == 0 or ev or last:
             lo, hi = curriculum.range_at(frac)
-            elapsed = time.perf_counter() - t0
+            elapsed = schedule.elapsed()
             log.writerow(
                 [
                     done,
@@ -284,12 +199,12 @@ def train(cfg: TrainConfig) -> dict:
                 ]
             )
             log_f.flush()
-            bar.set_postfix(
+            schedule.bar.set_postfix(
                 loss=f"{run_loss / run_n:.4f}", blanks=f"{lo}-{hi}", **{k: f"{v:.3f}" for k, v in ev.items()}
             )
             run_loss, run_n = 0.0, 0
         if done % cfg.save_every == 0 or last:
-            meta = {"step": done, "elapsed_s": time.perf_counter() - t0, "num_parameters": n_params}
+            meta = {"step": done, "elapsed_s": schedule.elapsed(), "num_parameters": n_params}
             save(model, tokenizer, out, cfg, meta)
             torch.save(
                 {"model": model.state_dict(), "opt": opt.state_dict(), "step": done, "elapsed_s": meta["elapsed_s"]},
@@ -298,38 +213,31 @@ def train(cfg: TrainConfig) -> dict:
         if last:
             break
     log_f.close()
-    final = {"step": step + 1, "elapsed_s": time.perf_counter() - t0, "num_parameters": n_params}
+    final = {"step": step + 1, "elapsed_s": schedule.elapsed(), "num_parameters": n_params}
     if state_path.exists():
         state_path.unlink()  # optimizer state is only for resuming; shipped checkpoints stay small
     return final
 
 
-def config_from(dc: DictConfig) -> TrainConfig:
-    """The typed recipe: the composed config's TrainConfig fields (not `paths` / `local`), checked against
-    the dataclass (a wrong type fails here, before anything is built)."""
-    names = {f.name for f in fields(TrainConfig)}
-    recipe = {
-        k: OmegaConf.to_container(dc[k], resolve=True) if OmegaConf.is_config(dc[k]) else dc[k]
-        for k in dc
-        if k in names
-    }
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), recipe))
+def run(cfg: TrainConfig) -> dict:
+    """One recipe: LoRA fine-tuning when `lora` is set (evals.sudoku.finetune), else training from scratch."""
+    if cfg.lora is not None:
+        return train_lora(cfg)
+    return train(cfg)
 
 
-def register_train_configs() -> None:
-    """What conf/train.yaml needs before composing: the typed schema and the `${repo_root:}` resolver."""
-    ConfigStore.instance().store(name="train_schema", node=TrainApp)
-    register_path_resolver()
+def main(dc: DictConfig) -> None:
+    """The body of every training entry (`python -m harness.train`, and this module's alias)."""
+    cfg = config_from(dc)
+    print(json.dumps(asdict(cfg)))
+    print(json.dumps(run(cfg)))
 
 
 @hydra.main(config_path="../../conf", config_name="train", version_base="1.3")
-def main(dc: DictConfig) -> None:
-    cfg = config_from(dc)
-    print(json.dumps(asdict(cfg)))
-    print(json.dumps(train(cfg)))
+def _alias_main(dc: DictConfig) -> None:
+    main(dc)
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the recipes build models locally; never reach for the hub
     register_train_configs()
-    main()
+    _alias_main()  # same as `python -m harness.train`
