@@ -7,7 +7,7 @@ figure contains):
 2. forward costs per batch size: the adapter's `denoise` (256-token canvas through the bidirectional decoder
    plus the 262k LM head, without and with self-conditioning) vs one AR token forward (a 1-token causal
    encoder forward appending to the same cache, plus the LM head over that token and the final soft cap),
-   and the MoE experts touched per layer in each;
+   and the MoE experts touched per layer in each (per row and over the batch: `models.expert_counter`);
 3. the sampler step at 256 x 262,144 on the device (B = 1, 4): the fused Triton kernel vs
    `torch_sampling(draw_fast)` vs transformers' ops (`bench.sampler_step`), time and argmax agreement;
 4. B=1 vs B=8 token agreement: the same 8 requests decoded alone and together through the engine, default
@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from bench.common import interleaved, machine_info, median, print_machine, table, write_json
+from models.expert_counter import ExpertCounter
 from models.tiny import TINY_VISION  # the vision tower is never run here: a tiny one saves ~0.5B
 
 # google/diffusiongemma-26B-A4B-it text tower (Gemma 4 26B A4B): 30 layers (5 sliding : 1 full), 128 experts top-8,
@@ -155,33 +156,6 @@ def make_adapter(model, tokenizer, eos_ids: list[int]):
     return DiffusionGemmaAdapter.from_model(
         model, tokenizer, name="diffusiongemma-26B-A4B-shape-random", eos_token_ids=eos_ids
     )
-
-
-class ExpertCounter:
-    """Forward hooks on every MoE router: distinct experts chosen per layer call, only while counting
-    (`unique` syncs the device, so the hooks stay idle during timed runs)."""
-
-    def __init__(self, model):
-        self.calls: list[int] = []
-        self.active = False
-        self.handles = [
-            m.register_forward_hook(self._hook) for m in model.modules() if type(m).__name__.endswith("TextRouter")
-        ]
-
-    def _hook(self, module, args, out) -> None:
-        if self.active:
-            self.calls.append(int(out[2].unique().numel()))
-
-    @contextmanager
-    def counting(self):
-        self.calls, self.active = [], True
-        try:
-            yield self
-        finally:
-            self.active = False
-
-    def mean(self) -> float:
-        return sum(self.calls) / len(self.calls) if self.calls else 0.0
 
 
 def _cuda(device: str) -> bool:
@@ -322,7 +296,7 @@ def ar_token_forward(adapter, state, token: torch.Tensor, lm_head: bool = True):
 
 
 @torch.no_grad()
-def forward_costs(adapter, b: int, cfg: CheckConfig, counter: ExpertCounter, fused: bool) -> dict[str, Any]:
+def forward_costs(adapter, b: int, cfg: CheckConfig, fused: bool) -> dict[str, Any]:
     """`adapter.denoise` (decoder + LM head; without / with self-conditioning) vs one AR token forward (with and
     without its LM head), on the same cache. The logits buffers are the engine's: model dtype on the fused path,
     float32 on the torch path."""
@@ -332,9 +306,9 @@ def forward_costs(adapter, b: int, cfg: CheckConfig, counter: ExpertCounter, fus
     canvas = torch.randint(0, v, (b, c), generator=torch.Generator().manual_seed(b)).to(dev)
     masks = adapter.canvas_masks(state, c)
     raw = torch.empty(b, c, v, dtype=adapter.dtype if fused else torch.float32, device=dev)
-    with counter.counting():
+    with ExpertCounter(adapter.model) as counter:  # hooks only around the counted calls, never the timed ones
         adapter.denoise(state, canvas, masks, None, out=raw)
-    experts_denoise = counter.mean()
+    experts_denoise = counter.summary()["denoise"]
     if fused:  # the kernel writes the processed logits to a separate model-dtype buffer
         sc = torch.empty(b, c, v, dtype=adapter.dtype, device=dev)
         sc.copy_(raw)
@@ -357,9 +331,9 @@ def forward_costs(adapter, b: int, cfg: CheckConfig, counter: ExpertCounter, fus
     def ar_step(head: bool):
         holder["state"], _ = ar_token_forward(adapter, holder["state"], token, lm_head=head)
 
-    with counter.counting():
-        ar_step(True)
-    experts_ar = counter.mean()
+    with ExpertCounter(adapter.model) as counter:
+        ar_step(True)  # a one-token causal forward: kind "ar"
+    experts_ar = counter.summary()["ar"]
     ar = _timed({"ar": lambda: ar_step(True), "ar_no_head": lambda: ar_step(False)}, cfg.repeats, dev)
     row = {
         "batch": b,
@@ -377,8 +351,13 @@ def forward_costs(adapter, b: int, cfg: CheckConfig, counter: ExpertCounter, fus
     row["lm_head_share_of_ar"] = 1.0 - row["ar_token_no_head_ms"] / row["ar_token_ms"]
     row.update(
         {
-            "experts_per_layer_denoise": experts_denoise,
-            "experts_per_layer_ar": experts_ar,
+            # distinct experts per layer (mean over layers) touched by one row's tokens (the report's ~84 of 128
+            # per denoiser forward vs 8 per AR token) and by the whole batch's tokens (what the forward must read)
+            "experts_per_layer_denoise": experts_denoise["per_row"]["mean"],
+            "experts_per_layer_ar": experts_ar["per_row"]["mean"],
+            "experts_per_layer_denoise_batch": experts_denoise["mean"],
+            "experts_per_layer_ar_batch": experts_ar["mean"],
+            "experts_denoise_per_layer": experts_denoise["per_row"]["per_layer_mean"],
             **{f"denoise_{k}": val for k, val in mem_denoise.items()},
         }
     )
@@ -602,6 +581,8 @@ FORWARD_COLUMNS = [
     "denoise_over_ar_no_head",
     "experts_per_layer_denoise",
     "experts_per_layer_ar",
+    "experts_per_layer_denoise_batch",
+    "experts_per_layer_ar_batch",
 ]
 LOOP_COLUMNS = [
     "batch",
@@ -701,7 +682,6 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     )
     for note in plan["notes"]:
         say("note: " + note)
-    counter = ExpertCounter(model)
     payload: dict[str, Any] = {
         "bench": "gpu_check",
         "tiny": cfg.tiny,
@@ -758,7 +738,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
 
     def forwards():
         for b in plan["batches"]:
-            row = guarded(f"forward batch {b}", lambda b=b: forward_costs(adapter, b, cfg, counter, fused))
+            row = guarded(f"forward batch {b}", lambda b=b: forward_costs(adapter, b, cfg, fused))
             if row:
                 payload["forward"].append(row)
         say(table(payload["forward"], FORWARD_COLUMNS))

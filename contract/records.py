@@ -59,7 +59,10 @@ class GenerationResult:
     step_cap_hits: int = 0  # canvases that used every allowed denoising step
     accepted_per_step: list[list[int]] = field(default_factory=list)  # per canvas, per step
     renoised_per_step: list[list[int]] = field(default_factory=list)
-    trajectory: list[dict[str, Any]] | None = None  # per step: canvas index, argmax canvas, mean entropy
+    # sampler.capture_trajectory only: per denoising step (all canvases in order) {"canvas": index, "step": index in
+    # the canvas, "argmax": argmax canvas (the last step's is the committed canvas), "mean_entropy", "temperature",
+    # "accepted": positions that kept their sampled token (the others were re-noised)}; films: harness/films.py
+    trajectory: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

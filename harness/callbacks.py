@@ -1,9 +1,10 @@
 """Hydra callbacks. `SweepSummary` runs once in the launching process after every job of a multirun has
 returned (any launcher): it aggregates the sweep dir, writes the table and the Pareto figures under
 `<sweep dir>/<subdir>`, prints the table, and hands both to the configured logger (W&B: one summary run
-in the sweep's group). Hydra skips `on_multirun_end` when a job fails; run `python -m harness.pareto
-<sweep dir>` by hand then (finished runs are still aggregated, unfinished ones are listed). A run whose
-`metrics.json` cannot be read is listed as broken, its file named, and the others are still summarized.
+in the sweep's group, with the fronts as native charts, step histograms and films; docs/dashboard.md).
+Hydra skips `on_multirun_end` when a job fails; run `python -m harness.pareto <sweep dir>` by hand then
+(finished runs are still aggregated, unfinished ones are listed). A run whose `metrics.json` cannot be read is
+listed as broken, its file named, and the others are still summarized.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from harness.aggregate import find_run_dirs, print_summary
+from harness.experts_plot import experts_figures
+from harness.films import sweep_films
 from harness.loggers import NoLogger, RunLogger
 from harness.pareto import make_report
 
@@ -29,11 +32,13 @@ class SweepSummary(Callback):
         subdir: str = "summary",
         tpf_range: list[float] | None = None,
         max_trajectories: int = 1,
+        films: int = 0,
     ):
         self.group = group
         self.subdir = subdir
         self.tpf_range = (float(tpf_range[0]), float(tpf_range[1])) if tpf_range else None
         self.max_trajectories = max_trajectories
+        self.films = films  # denoising films (harness.films) of the first N samples of each trajectory run
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -48,10 +53,16 @@ class SweepSummary(Callback):
             print(f"[sweep summary] no readable finished runs under {sweep_dir}; nothing to log")
             return
         print(f"[sweep summary] wrote {len(report.files)} files under {out_dir}")
+        runs = find_run_dirs([sweep_dir]).complete
+        experts_pngs = experts_figures(runs, out_dir)
+        films = sweep_films(runs, out_dir / "films", self.films) if self.films else []
+        if experts_pngs or films:
+            print(f"[sweep summary] wrote {len(experts_pngs)} expert-activation figures, {len(films)} film files")
         logger: RunLogger = instantiate(config.logger) if config.get("logger") else NoLogger()
         logger.log_sweep(
             self.group or sweep_dir.name,
-            {"runs": report.table, "fronts": report.fronts},
-            report.pareto_pngs,
+            {"runs": report.table, "fronts": report.fronts, "steps": report.steps},
+            report.pareto_pngs + [p for p in experts_pngs if p.suffix == ".png"],
             str(out_dir),
+            videos=films,  # GIF/MP4 films become W&B videos; other files are skipped
         )

@@ -47,6 +47,7 @@ class StepOutput:
     finished: torch.Tensor  # (B,) bool: stable and confident (adaptive stop)
     kept: torch.Tensor  # (B,) long: positions that kept their sampled token
     mean_entropy: torch.Tensor  # (B,) float32
+    keep: torch.Tensor  # (B, C) bool: which positions kept their sampled token (read only to capture trajectories)
 
 
 def process_logits(x: torch.Tensor, softcap: float | None, temperature: torch.Tensor) -> torch.Tensor:
@@ -118,7 +119,7 @@ def sampler_step(
         finished = mean_entropy < cfg.stop_entropy
     else:
         finished = torch.zeros_like(mean_entropy, dtype=torch.bool)
-    return StepOutput(new_canvas, d.argmax, history, finished, keep.sum(-1), mean_entropy)
+    return StepOutput(new_canvas, d.argmax, history, finished, keep.sum(-1), mean_entropy, keep)
 
 
 def _triton() -> bool:
@@ -253,17 +254,21 @@ class BlockDiffusionDecoder:
             keys = torch.tensor(
                 [[r.req.seed for r in rows], [r.canvas_idx for r in rows], [r.step for r in rows]], dtype=torch.long
             )  # host-known: copied to the device, never read back
-            temperature = cfg.temperatures(keys[2]).to(dev)
+            temps = cfg.temperatures(keys[2])  # host-known
+            temperature = temps.to(dev)
             keys = keys.to(dev)
             out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas, history, v)
             canvas, history = out.canvas, out.history
-            packed = torch.cat([out.finished.long()[:, None], out.kept[:, None], out.argmax], dim=1)
-            host = packed.cpu().tolist()  # the one device read of the step
+            parts = [out.finished.long()[:, None], out.kept[:, None], out.argmax]
+            if cfg.capture_trajectory:  # the accepted mask rides in the same read
+                parts.append(out.keep.long())
+            host = torch.cat(parts, dim=1).cpu().tolist()  # the one device read of the step
             trajectory = out.mean_entropy.tolist() if cfg.capture_trajectory else None
 
             leaving, committing = [], []
             stepped = list(rows)  # every row computed in this step shares its wall time (commits included)
-            for i, (row, (fin, kept, *argmax)) in enumerate(zip(rows, host, strict=True)):
+            for i, (row, (fin, kept, *rest)) in enumerate(zip(rows, host, strict=True)):
+                argmax = rest[:c] if trajectory is not None else rest
                 res = row.result
                 res.nfe += 1
                 res.row_forwards += 1
@@ -273,7 +278,14 @@ class BlockDiffusionDecoder:
                 if trajectory is not None:
                     res.trajectory = res.trajectory or []
                     res.trajectory.append(
-                        {"canvas": row.canvas_idx, "step": row.step, "argmax": argmax, "mean_entropy": trajectory[i]}
+                        {
+                            "canvas": row.canvas_idx,
+                            "step": row.step,
+                            "argmax": argmax,
+                            "mean_entropy": trajectory[i],
+                            "temperature": temps[i].item(),
+                            "accepted": [p for p, k in enumerate(rest[c:]) if k],
+                        }
                     )
                 row.step += 1
                 sc_rows[i] = cfg.self_conditioning
@@ -409,8 +421,8 @@ class BlockDiffusionDecoder:
         stopped = [False] * b
         for step in range(cfg.max_steps):
             x = model.denoise(state, canvas, masks, sc if cfg.self_conditioning else None)
-            temperature = cfg.temperatures(torch.full((b,), step)).to(dev)
-            x = process_logits(x, model.softcap, temperature)
+            temps = cfg.temperatures(torch.full((b,), step))  # host-known
+            x = process_logits(x, model.softcap, temps.to(dev))
             d = draw_reference(x)
             keep = cfg.remask(cfg.accept(d, torch.full((b,), step, device=dev)), d.confidence)
             new_canvas = torch.where(keep, d.sampled, torch.randint(0, model.vocab_size, (b, c), device=dev))
@@ -428,6 +440,7 @@ class BlockDiffusionDecoder:
                 finished = finished | (stable & (d.entropy.mean(-1) < cfg.stop_entropy))
             kept = keep.sum(-1).tolist()
             entropy = d.entropy.mean(-1).tolist() if cfg.capture_trajectory else None
+            accepted = keep.tolist() if cfg.capture_trajectory else None
             for i, row in enumerate(rows):
                 res = row.result
                 res.row_forwards += 1
@@ -445,6 +458,8 @@ class BlockDiffusionDecoder:
                             "step": step,
                             "argmax": new_argmax[i].tolist(),
                             "mean_entropy": entropy[i],
+                            "temperature": temps[i].item(),
+                            "accepted": [p for p, k in enumerate(accepted[i]) if k],
                         }
                     )
             canvas, argmax, sc = new_canvas, new_argmax, x.to(model.dtype)

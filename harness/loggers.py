@@ -53,8 +53,17 @@ class RunLogger(Protocol):
     def finish(self, metrics: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         """The job's metrics.json content and samples.jsonl rows; closes the run."""
 
-    def log_sweep(self, group: str, tables: dict[str, pd.DataFrame], images: list[Path], out_dir: str) -> None:
-        """Sweep end: the aggregated tables and the Pareto figures, as one summary run in `group`."""
+    def log_sweep(
+        self,
+        group: str,
+        tables: dict[str, pd.DataFrame],
+        images: list[Path],
+        out_dir: str,
+        videos: list[Path] | None = None,
+    ) -> None:
+        """Sweep end, as one summary run in `group`: every table in `tables` (`runs`: the run table of
+        `harness.pareto.make_report`, with its point columns; `fronts`; `steps`: canvases per step count per run),
+        the figures in `images`, and films (`videos`, GIF/MP4). `runs` and `steps` also become native charts."""
 
 
 class NoLogger:
@@ -66,7 +75,14 @@ class NoLogger:
     def finish(self, metrics: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         pass
 
-    def log_sweep(self, group: str, tables: dict[str, pd.DataFrame], images: list[Path], out_dir: str) -> None:
+    def log_sweep(
+        self,
+        group: str,
+        tables: dict[str, pd.DataFrame],
+        images: list[Path],
+        out_dir: str,
+        videos: list[Path] | None = None,
+    ) -> None:
         pass
 
 
@@ -204,11 +220,24 @@ class WandbLogger:
                 for r in rows
             ],
         )
-        self.run.log({"samples": table})
+        payload: dict[str, Any] = {"samples": table}
+        if curve := acceptance_curve(rows):  # diffusion runs: how many tokens each denoising step keeps
+            steps = wandb.Table(columns=ACCEPTANCE_COLUMNS, data=curve)
+            payload["acceptance"] = wandb.plot.line(
+                steps, "step", "mean_accepted", title="mean accepted tokens per denoising step (all canvases)"
+            )
+        self.run.log(payload)
         self.run.finish()
         self.run = None
 
-    def log_sweep(self, group: str, tables: dict[str, pd.DataFrame], images: list[Path], out_dir: str) -> None:
+    def log_sweep(
+        self,
+        group: str,
+        tables: dict[str, pd.DataFrame],
+        images: list[Path],
+        out_dir: str,
+        videos: list[Path] | None = None,
+    ) -> None:
         import wandb
 
         run = self._init(name=f"{group}-summary", group=group, job_type="sweep_summary", dir=out_dir)
@@ -216,9 +245,123 @@ class WandbLogger:
             name: wandb.Table(dataframe=df.reset_index(drop=True), allow_mixed_types=True)
             for name, df in tables.items()
         }
+        if "runs" in tables:
+            payload.update(pareto_charts(tables["runs"]))
+        if "steps" in tables:
+            payload.update(steps_histograms(tables["steps"]))
         payload.update({f"pareto/{Path(p).stem}": wandb.Image(str(p)) for p in images})
+        for p in videos or []:  # films (harness.films): one panel each, named by run folder and file
+            p = Path(p)
+            if p.suffix.lower() in VIDEO_FORMATS:
+                payload[f"films/{p.parent.name}/{p.stem}"] = wandb.Video(str(p), format=p.suffix.lower()[1:])
         run.log(payload)
         run.finish()
+
+
+# ---- native W&B charts -------------------------------------------------------------------------------------
+
+ACCEPTANCE_COLUMNS = ["step", "mean_accepted", "mean_renoised", "canvases"]
+VIDEO_FORMATS = (".gif", ".mp4", ".webm", ".ogg")
+# The columns of a Pareto chart's table (besides the knobs): what a W&B user colours, filters and hovers by.
+POINT_TABLE_COLUMNS = [
+    "run_name",
+    "model",
+    "label",
+    "family",
+    "family_name",
+    "point_label",
+    "is_default",
+    "dominates_default",
+    "on_front",
+    "quality",
+    "quality_lo",
+    "quality_hi",
+    "num_samples",
+    "tpf",
+    "tokens_per_second",
+    "aup",
+]
+
+
+def acceptance_curve(rows: list[dict[str, Any]]) -> list[list[float]]:
+    """Per denoising step index (1 = a canvas' first step): mean tokens accepted and re-noised at that step over
+    every canvas of every sample that reached it, and how many canvases did (the mean's sample size).
+    Empty for AR runs (no `accepted_per_step`)."""
+    acc: dict[int, list[float]] = {}
+    for r in rows:
+        renoised = r.get("renoised_per_step") or []
+        for c, canvas in enumerate(r.get("accepted_per_step") or []):
+            ren = renoised[c] if c < len(renoised) else []
+            for j, a in enumerate(canvas):
+                s = acc.setdefault(j + 1, [0.0, 0.0, 0])
+                s[0] += a
+                s[1] += ren[j] if j < len(ren) else 0
+                s[2] += 1
+    return [[step, a / n, b / n, n] for step, (a, b, n) in sorted(acc.items())]
+
+
+def _knob_columns(points: pd.DataFrame) -> dict[str, str]:
+    """`sampler.<knob>` columns set in some run -> the knob's bare name (W&B chart fields cannot hold dots)."""
+    from harness.aggregate import SAMPLER_PREFIX
+
+    return {c: c[len(SAMPLER_PREFIX) :] for c in points if c.startswith(SAMPLER_PREFIX) and points[c].notna().any()}
+
+
+def pareto_charts(runs: pd.DataFrame) -> dict[str, Any]:
+    """Per eval with quality scores: quality vs TPF and vs tokens/s as native scatter charts, and each sampler
+    family's front (plus each model's) as a line series, from tables holding every knob, the family, the Wilson
+    interval and the default / dominance flags, so the W&B UI can colour, filter and hover by any of them."""
+    import pandas as pd
+    import wandb
+
+    from harness.fronts import front_mask
+    from harness.pareto import safe_stem
+    from harness.plot_points import POINT_COLUMNS, plot_points
+
+    charts: dict[str, Any] = {}
+    if not {"eval", "model", "label", "quality"} <= set(runs):  # not a run table (harness.aggregate): no charts
+        return charts
+    pts = runs if set(POINT_COLUMNS) <= set(runs) else plot_points(runs)
+    for ev, g in pts.groupby("eval", sort=True):
+        g = g[pd.to_numeric(g["quality"], errors="coerce").notna()]
+        if g.empty:
+            continue
+        knobs = _knob_columns(g)
+        cols = [c for c in POINT_TABLE_COLUMNS if c in g]
+        table = g[cols + list(knobs)].rename(columns=knobs).reset_index(drop=True)
+        for x in ("tpf", "tokens_per_second"):
+            if x not in g or g[x].isna().all():
+                continue
+            key = f"pareto/{safe_stem(ev)}/quality_vs_{x}"
+            points = wandb.Table(dataframe=table, allow_mixed_types=True)
+            charts[key] = wandb.plot.scatter(points, x, "quality", title=f"{ev}: quality vs {x}")
+            lines = []
+            for series, s in [
+                *g.groupby("family_name", sort=True),
+                *[(f"front: {m}", s) for m, s in g.groupby("model")],
+            ]:
+                s = s[s[x].notna()]
+                f = s[front_mask(s[x], s["quality"])].sort_values(x)
+                lines += [[series, fx, fq] for fx, fq in zip(f[x], f["quality"])]
+            fronts = wandb.Table(columns=["series", x, "quality"], data=lines)
+            charts[f"pareto/{safe_stem(ev)}/fronts_vs_{x}"] = wandb.plot.line(
+                fronts, x, "quality", stroke="series", title=f"{ev}: front per sampler family and per model ({x})"
+            )
+    return charts
+
+
+def steps_histograms(steps: pd.DataFrame) -> dict[str, Any]:
+    """`steps/<run>`: a native histogram of denoising steps per canvas for each run (integer bins)."""
+    import numpy as np
+    import wandb
+
+    out: dict[str, Any] = {}
+    for name, g in steps.groupby("run_name", sort=True):
+        top = int(g["steps"].max())
+        counts = np.zeros(top + 1, dtype=int)  # bin k holds the canvases that took k steps
+        np.add.at(counts, g["steps"].astype(int).to_numpy(), g["canvases"].astype(int).to_numpy())
+        out[f"steps/{name}"] = wandb.Histogram(np_histogram=(counts.tolist(), (np.arange(top + 2) - 0.5).tolist()))
+    return out
 
 
 # ---- reading offline runs back ------------------------------------------------------------------------------
@@ -291,11 +434,35 @@ def find_offline_runs(root: str | Path) -> list[Path]:
     return sorted(Path(root).rglob("offline-run-*"), key=lambda p: p.name)
 
 
-def read_offline_run(path: str | Path) -> OfflineRun:
-    """Replay an `offline-run-*` folder: run identity, config, summary and history."""
+def _kinds(log: Path) -> set[str]:
+    """The record types in a run log (`exit` is written last)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    kinds = set()
+    for payload in _records(log):
+        rec = pb.Record()
+        rec.ParseFromString(payload)
+        kinds.add(rec.WhichOneof("record_type"))
+    return kinds
+
+
+def read_offline_run(path: str | Path, wait_s: float = 0.0) -> OfflineRun:
+    """Replay an `offline-run-*` folder: run identity, config, summary and history. `wait_s`: first wait up to
+    that long for the log to be complete (hold its exit record): wandb's service process may still be writing
+    it for a moment after `finish()` returned in this process (seen under load)."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2 as pb
 
     path = Path(path)
+    deadline = time.monotonic() + wait_s
+    while wait_s and time.monotonic() < deadline:
+        logs = list(path.glob("run-*.wandb"))
+        try:
+            if len(logs) == 1 and "exit" in _kinds(logs[0]):
+                break
+        except (ValueError, OSError, DecodeError):  # caught mid-write: a header or a record not there yet
+            pass
+        time.sleep(0.2)
     (log,) = path.glob("run-*.wandb")
     out = OfflineRun(path, "", "", "", "", "", [], {}, {})
     for payload in _records(log):

@@ -2,11 +2,13 @@
 
 The front and its area (AUP) are computed in `harness.fronts` and marked in the run table by
 `harness.aggregate`; this module only draws them (the one module here that imports matplotlib).
-Points are labelled with the sampler knobs that vary between the plotted runs, spelled as in run names
-(`samplers.knobs`).
+The Pareto figure itself (`pareto_figure`: a colour per sampler family, a marker per decoder kind, Wilson 95% bars,
+the default sampler starred, labels that never overlap) lives in `harness.front_figure`, its interactive twin in
+`harness.pareto_html`; what each point means (family, default, interval, label) in `harness.plot_points`.
 
-CLI: `python -m harness.pareto PATH... --out outputs/plots` writes the run table (see harness.aggregate),
-per eval `pareto_<eval>_tpf.{png,svg}`, `pareto_<eval>_tokens_per_second.{png,svg}` and
+CLI: `python -m harness.pareto PATH... --out outputs/plots` writes the run table (see harness.aggregate; with the
+point columns of harness.plot_points), per eval `pareto_<eval>_tpf.{png,svg,html}`,
+`pareto_<eval>_tokens_per_second.{png,svg,html}` (the pages load `plotly.min.js`, written once beside them) and
 `diagnostics_<eval>.{png,svg}` (stutter rate, output length, step-cap rate vs TPF per sampler family), and per run
 `runs/<run>_steps.{png,svg}` (steps per canvas, step cap marked) and `runs/<run>_canvas_<sample>.{png,svg}`
 (canvas evolution, when trajectories were captured). `make_report` is the same, as a function.
@@ -28,84 +30,14 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from harness.aggregate import SAMPLER_PREFIX, cli_parser, print_summary, summarize, tpf_range, varying_knobs
-from harness.fronts import front_mask
+from harness.aggregate import SAMPLER_PREFIX, cli_parser, print_summary, summarize, tpf_range, write_table
+from harness.front_figure import MARKERS, X_AXES, pareto_figure
+from harness.pareto_html import pareto_html
+from harness.plot_points import KIND_NAMES, POINT_COLUMNS, plot_points, series_colors, series_order
+from harness.scaling import crossovers, scaling_figure, scaling_series
 from harness.store import read_samples
-from samplers.knobs import label_part
-
-MARKERS = {"diffusion": "o", "ar": "s", "ar+mtp": "^", "ar+draft": "D"}
-LABEL_NAMES = {"diffusion": "diffusion", "ar": "AR", "ar+mtp": "AR+MTP", "ar+draft": "AR+draft"}
-X_AXES = {"tpf": "tokens per forward (TPF)", "tokens_per_second": "tokens / s"}
-
 
 # ---- figures ----------------------------------------------------------------------------------------------
-
-
-def point_label(row: pd.Series, knobs: list[str]) -> str:
-    if row["label"] != "diffusion":
-        return LABEL_NAMES.get(row["label"], str(row["label"]))
-    parts = []
-    for c in knobs:
-        v = row[c]
-        if v is None or (isinstance(v, float) and np.isnan(v)):
-            continue
-        parts.append(label_part(c[len(SAMPLER_PREFIX) :], v))
-    return " ".join(parts) or str(row.get("sampler") or "")
-
-
-def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) -> Figure:
-    """Quality vs `x` for the runs of one eval: a point per run, a marker per label, a colour and a front per model."""
-    fig = Figure(figsize=(10, 6.5), layout="constrained")
-    ax = fig.subplots()
-    knobs = varying_knobs(df)
-    for ci, (model, dm) in enumerate(df.groupby("model", sort=True, dropna=False)):
-        color = f"C{ci % 10}"
-        for label, dl in dm.groupby("label", sort=True, dropna=False):
-            ax.scatter(
-                dl[x],
-                dl["quality"],
-                marker=MARKERS.get(label, "X"),
-                s=60 if label == "diffusion" else 110,
-                color=color,
-                edgecolors="black",
-                linewidths=0.6,
-                zorder=3,
-                label=f"{model} · {LABEL_NAMES.get(label, label)}",
-            )
-        mask = front_mask(dm[x], dm["quality"])
-        f = dm[mask].sort_values(x)
-        aup = ""
-        if x == "tpf" and "aup" in dm and pd.notna(dm["aup"].iloc[0]):
-            lo, hi = dm["aup_tpf_min"].iloc[0], dm["aup_tpf_max"].iloc[0]
-            aup = f" (AUP {dm['aup'].iloc[0]:.3f} over TPF {lo:.3g}-{hi:.3g})"
-        ax.plot(
-            f[x],
-            f["quality"],
-            drawstyle="steps-pre",
-            color=color,
-            linestyle="--",
-            linewidth=1.4,
-            zorder=2,
-            label=f"front: {model}{aup}",
-        )
-        labelled = dm[x].notna() & dm["quality"].notna() & (mask | (dm["label"] != "diffusion"))
-        for _, r in dm[labelled].iterrows():  # knobs on front points and baselines only: the table has every run
-            ax.annotate(
-                point_label(r, knobs),
-                (r[x], r["quality"]),
-                xytext=(5, 4),
-                textcoords="offset points",
-                fontsize=7,
-                color="0.25",
-            )
-    ev = df["eval"].iloc[0] if len(df) else ""
-    ax.set_xlabel(X_AXES.get(x, x))
-    ax.set_ylabel(f"quality ({ev})")
-    ax.set_title(title or f"{ev}: quality vs {X_AXES.get(x, x)}")
-    ax.margins(x=0.1, y=0.08)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    return fig
 
 
 DIAGNOSTIC_PANELS = {
@@ -115,26 +47,21 @@ DIAGNOSTIC_PANELS = {
 }
 
 
-def sampler_family(row: pd.Series) -> str:
-    """The series a run belongs to in the diagnostics figure: its sampler (diffusion) or its baseline kind."""
-    if row["label"] != "diffusion":
-        return LABEL_NAMES.get(row["label"], str(row["label"]))
-    return str(row.get("sampler") or "diffusion")
-
-
 def diagnostics_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) -> Figure:
     """Small multiples for the runs of one eval: stutter rate, mean output length and step-cap hit rate vs `x`,
     one line per sampler family (per model when several), baselines as markers. AR runs have no canvases, so
     they are left out of the step-cap panel."""
     fig = Figure(figsize=(13, 4.2), layout="constrained")
     axes = fig.subplots(1, len(DIAGNOSTIC_PANELS), sharex=True)
-    several_models = df["model"].nunique(dropna=False) > 1 if len(df) else False
-    series = df.assign(_family=[sampler_family(r) for _, r in df.iterrows()]) if len(df) else df
+    pts = df if set(POINT_COLUMNS) <= set(df) else plot_points(df)
+    colors = series_colors(pts) if len(pts) else {}
+    several = pts["model"].nunique(dropna=False) > 1 if len(pts) else False
     for ax, (col, name) in zip(axes, DIAGNOSTIC_PANELS.items(), strict=True):
-        if col not in df or pd.to_numeric(df[col], errors="coerce").isna().all():
+        if col not in pts or pd.to_numeric(pts[col], errors="coerce").isna().all():
             ax.text(0.5, 0.5, "not recorded", transform=ax.transAxes, ha="center", va="center", color="0.5")
         else:
-            for si, ((model, family), g) in enumerate(series.groupby(["model", "_family"], sort=True, dropna=False)):
+            for model, fam in series_order(pts):
+                g = pts[(pts["model"] == model) & (pts["family"] == fam)]
                 if col == "step_cap_hit_rate" and "num_canvases" in g:
                     g = g[pd.to_numeric(g["num_canvases"], errors="coerce").fillna(0) > 0]
                 g = g.assign(_y=pd.to_numeric(g[col], errors="coerce")).dropna(subset=[x, "_y"]).sort_values(x)
@@ -149,8 +76,8 @@ def diagnostics_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = Non
                     markersize=6 if label == "diffusion" else 9,
                     markeredgecolor="black",
                     markeredgewidth=0.5,
-                    color=f"C{si % 10}",
-                    label=f"{model} · {family}" if several_models else family,
+                    color=colors[(model, fam)],
+                    label=f"{model} · {fam}" if several else KIND_NAMES.get(fam, fam),  # keys, as in the table
                 )
         ax.set_xlabel(X_AXES.get(x, x))
         ax.set_title(name, fontsize=9)
@@ -265,8 +192,9 @@ def safe_stem(s: Any) -> str:
 
 @dataclass
 class Report:
-    table: pd.DataFrame  # one row per run, with on_front / aup columns
+    table: pd.DataFrame  # one row per run, with on_front / aup columns and the point columns of harness.plot_points
     fronts: pd.DataFrame  # one row per (model, eval)
+    steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STEPS_COLUMNS))  # canvases per run
     files: list[Path] = field(default_factory=list)
 
     @property
@@ -274,16 +202,42 @@ class Report:
         return [p for p in self.files if p.name.startswith("pareto_") and p.suffix == ".png"]
 
 
+STEPS_COLUMNS = ["run_name", "eval", "family", "steps", "canvases"]
+
+
+def steps_table(run: pd.Series, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """How many canvases of a run took each number of denoising steps (no rows for AR runs)."""
+    counts = pd.Series([s for r in rows for s in r.get("steps_per_canvas") or []], dtype=int).value_counts()
+    return pd.DataFrame(
+        {
+            "run_name": run["run_name"],
+            "eval": run["eval"],
+            "family": run.get("family"),
+            "steps": counts.index.astype(int),
+            "canvases": counts.to_numpy(dtype=int),
+        },
+        columns=STEPS_COLUMNS,
+    ).sort_values("steps", ignore_index=True)
+
+
 def make_report(
     paths: Iterable[str | Path],
     out_dir: str | Path,
     tpf_range: tuple[float, float] | None = None,
     max_trajectories: int = 1,
+    html: bool = True,
 ) -> Report:
-    """Table + fronts + every figure for the runs under `paths`, written under `out_dir` (the sweep end calls this)."""
+    """Table + fronts + every figure for the runs under `paths`, written under `out_dir` (the sweep end calls this).
+    The table gains the point columns the figures are drawn from (`harness.plot_points`: family, default,
+    Wilson interval, label) and is written again with them; `html`: the interactive Pareto pages beside the PNGs."""
     out_dir = Path(out_dir)
     table, fronts, files = summarize(paths, out_dir, tpf_range)
-    report = Report(table, fronts, list(files))
+    if not table.empty:
+        broken = table.attrs.get("broken", [])
+        table = plot_points(table)
+        table.attrs["broken"] = broken
+        write_table(table, out_dir, "summary")
+    report = Report(table, fronts, files=list(files))
     for ev, g in table.groupby("eval", sort=True):
         report.files += save_figure(diagnostics_figure(g), out_dir, f"diagnostics_{safe_stem(ev)}")
         if g["quality"].isna().all():
@@ -291,13 +245,23 @@ def make_report(
             continue
         for x in X_AXES:
             if g[x].notna().any():
-                report.files += save_figure(pareto_figure(g, x), out_dir, f"pareto_{safe_stem(ev)}_{x}")
+                stem = f"pareto_{safe_stem(ev)}_{x}"
+                report.files += save_figure(pareto_figure(g, x), out_dir, stem)
+                if html:
+                    report.files.append(pareto_html(g, x, out_dir / f"{stem}.html"))
+    series = scaling_series(table)  # one model at several batch sizes: throughput vs concurrency
+    found = crossovers(series)
+    for ev, g in series.groupby("eval", sort=True):
+        fig = scaling_figure(g, [x for x in found if x.eval == ev], f"throughput vs concurrency: {ev}")
+        report.files += save_figure(fig, out_dir, f"scaling_{safe_stem(ev)}")
     seen: set[str] = set()
+    steps = []
     for _, r in table.iterrows():
         stem = safe_stem(r["run_name"])
         stem = stem if stem not in seen else f"{stem}_{len(seen)}"
         seen.add(stem)
         rows = read_samples(r["run_dir"])
+        steps.append(steps_table(r, rows))
         cap = r.get(f"{SAMPLER_PREFIX}max_steps")
         title = f"{r['run_name']} ({r['model']}, {r['eval']})"
         hist = steps_histogram_figure(rows, int(cap) if pd.notna(cap) else None, title)
@@ -306,14 +270,19 @@ def make_report(
         for row in [row for row in rows if row.get("trajectory")][:max_trajectories]:
             fig = canvas_evolution_figure(row, f"{title}: sample {row['sample_id']}")
             report.files += save_figure(fig, out_dir / "runs", f"{stem}_canvas_{safe_stem(row['sample_id'])}")
+    if steps:
+        report.steps = pd.concat(steps, ignore_index=True)
+    if (out_dir / "plotly.min.js").exists() and html:
+        report.files.append(out_dir / "plotly.min.js")
     return report
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = cli_parser("harness.pareto", __doc__, "outputs/plots", "where the table and the figures go")
     ap.add_argument("--max-trajectories", type=int, default=1, help="canvas-evolution figures per run")
+    ap.add_argument("--no-html", action="store_true", help="skip the interactive (plotly) Pareto pages")
     args = ap.parse_args(argv)
-    report = make_report(args.paths, args.out, tpf_range(args), args.max_trajectories)
+    report = make_report(args.paths, args.out, tpf_range(args), args.max_trajectories, html=not args.no_html)
     print_summary(report.table, report.fronts)
     print(f"\nwrote {len(report.files)} files under {args.out}")
 

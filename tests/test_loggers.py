@@ -13,6 +13,7 @@ import pytest
 from harness.loggers import (
     NoLogger,
     WandbLogger,
+    acceptance_curve,
     find_offline_runs,
     has_wandb_api_key,
     read_offline_run,
@@ -23,6 +24,10 @@ from harness.loggers import (
 from harness.pareto import make_report
 from harness.store import read_metrics, read_samples
 from tests.helpers.runs import make_run_dir, make_sweep
+
+# wandb's service process may finish writing a run's log a moment after finish() returned (seen under load):
+# read it back once complete
+WAIT_S = 20.0
 
 
 @pytest.fixture
@@ -75,7 +80,7 @@ def test_one_offline_run_per_job_with_metrics_and_samples_table(tmp_path, no_wan
     ids = set()
     for run_dir in runs:
         (path,) = find_offline_runs(run_dir / "wandb")
-        rec = read_offline_run(path)
+        rec = read_offline_run(path, wait_s=WAIT_S)
         ids.add(rec.run_id)
         metrics = read_metrics(run_dir)
         assert (rec.name, rec.group, rec.project, rec.tags) == (run_dir.name, "sweep", "proj", ["unit"])
@@ -96,7 +101,7 @@ def test_one_offline_run_per_job_with_metrics_and_samples_table(tmp_path, no_wan
         }
         assert table["sample_id"].tolist() == ["q0", "q1", "q2"] and table["correct"].tolist() == [1.0, 0.0, 1.0]
     (crashed,) = find_offline_runs(tmp_path / "crashed")
-    ids.add(read_offline_run(crashed).run_id)
+    ids.add(read_offline_run(crashed, wait_s=WAIT_S).run_id)
     assert len(ids) == 3
 
 
@@ -163,22 +168,119 @@ def test_the_listing_sees_what_a_real_logger_writes(tmp_path, monkeypatch):
     assert any(p.startswith("sweep/summary/wandb/offline-run-") for p in added)
 
 
+def _tiny_gif(path: Path) -> Path:
+    import imageio.v3 as iio
+    import numpy as np
+
+    frames = np.zeros((3, 8, 8, 3), dtype=np.uint8)
+    for i in range(3):
+        frames[i, :, : 2 * (i + 1)] = 255
+    iio.imwrite(path, frames, extension=".gif", duration=250, loop=0)
+    return path
+
+
 @pytest.mark.slow  # real wandb (offline)
-def test_sweep_summary_run_holds_tables_and_pareto_images(tmp_path, no_wandb_key):
+def test_sweep_summary_run_is_a_dashboard(tmp_path, no_wandb_key):
+    """Issue 15 part 4: the summary run holds the tables, the front as native W&B charts built from tables with
+    knob columns, a native step histogram per run, the Pareto PNGs and the films, all read back from disk."""
     report = make_report([make_sweep(tmp_path)], tmp_path / "summary")
+    gif = _tiny_gif(tmp_path / "b0.05_q0.gif")
     WandbLogger(project="proj").log_sweep(
-        "bound_sweep", {"runs": report.table, "fronts": report.fronts}, report.pareto_pngs, str(tmp_path / "summary")
+        "bound_sweep",
+        {"runs": report.table, "fronts": report.fronts, "steps": report.steps},
+        report.pareto_pngs,
+        str(tmp_path / "summary"),
+        videos=[gif, tmp_path / "summary" / "summary.csv"],  # only GIF/MP4 files become videos
     )
     (path,) = find_offline_runs(tmp_path / "summary" / "wandb")
-    rec = read_offline_run(path)
+    rec = read_offline_run(path, wait_s=WAIT_S)
     assert (rec.name, rec.group, rec.job_type) == ("bound_sweep-summary", "bound_sweep", "sweep_summary")
     runs = rec.table("runs")
     assert runs["run_name"].tolist() == report.table["run_name"].tolist()
     assert runs["tpf"].tolist() == pytest.approx(report.table["tpf"].tolist())
     assert runs["on_front"].tolist() == report.table["on_front"].tolist()
+    assert runs["family"].tolist() == report.table["family"].tolist()  # colour/filter the table by family
     assert rec.table("fronts")["aup"].tolist() == pytest.approx(report.fronts["aup"].tolist())
     png = rec.media("pareto/pareto_prompts_tpf")
     assert png.read_bytes() == (tmp_path / "summary" / "pareto_prompts_tpf.png").read_bytes()
+
+    # native charts: a scatter per x axis and a line series of fronts, each backed by its own table
+    charts = rec.config["_wandb"]["visualize"]
+    for x in ("tpf", "tokens_per_second"):
+        scatter = charts[f"pareto/prompts/quality_vs_{x}"]["panel_config"]
+        assert scatter["panelDefId"].startswith("wandb/scatter/") and scatter["fieldSettings"] == {
+            "x": x,
+            "y": "quality",
+        }
+        lines = charts[f"pareto/prompts/fronts_vs_{x}"]["panel_config"]
+        assert lines["panelDefId"].startswith("wandb/line/")
+        assert lines["fieldSettings"] == {"x": x, "y": "quality", "stroke": "series"}
+    points = rec.table("pareto/prompts/quality_vs_tpf_table").set_index("run_name")
+    assert sorted(points.index) == sorted(report.table["run_name"])
+    assert points.loc["b0.5", "entropy_bound"] == 0.5 and points.loc["b0.5", "max_steps"] == 4  # knob columns
+    assert points.loc["b0.5", "family"] == "entropy_bound" and points.loc["ar", "label"] == "ar"
+    assert points.loc["b0.1", "quality_lo"] == pytest.approx(
+        report.table.set_index("run_name").loc["b0.1", "quality_lo"]
+    )
+    fronts = rec.table("pareto/prompts/fronts_vs_tpf_table")
+    tiny = fronts[fronts["series"] == "front: tiny"]
+    assert tiny["tpf"].tolist() == pytest.approx([16 / 7, 4.0, 6.0]) and tiny["quality"].tolist() == [1.0, 0.5, 0.0]
+    assert set(fronts["series"]) == {"entropy bound", "AR", "AR+MTP", "front: tiny", "front: ar-base"}
+
+    # one native histogram of steps per canvas per diffusion run, integer bins
+    hist = rec.summary["steps/b0.05"]
+    assert hist["_type"] == "histogram" and hist["bins"] == [-0.5, 0.5, 1.5, 2.5, 3.5, 4.5]
+    assert hist["values"] == [0, 0, 0, 2, 2]  # canvases of 3 and of 4 steps
+    assert rec.summary["steps/b0.1"]["values"] == [0, 0, 4] and not any(k.startswith("steps/ar") for k in rec.summary)
+    assert rec.table("steps")["canvases"].sum() == 12
+
+    # films: the GIF as a W&B video (bytes unchanged); the CSV was not a film
+    video = rec.summary[f"films/{tmp_path.name}/b0.05_q0"]
+    assert (
+        video["_type"] == "video-file" and rec.media(f"films/{tmp_path.name}/b0.05_q0").read_bytes() == gif.read_bytes()
+    )
+    assert [k for k in rec.summary if k.startswith("films/")] == [f"films/{tmp_path.name}/b0.05_q0"]
+
+
+def test_acceptance_curve_by_hand():
+    rows = [
+        {"accepted_per_step": [[4, 10], [6]], "renoised_per_step": [[12, 6], [10]]},
+        {"accepted_per_step": [[2, 8, 16]], "renoised_per_step": [[14, 8, 0]]},
+        {"accepted_per_step": [], "renoised_per_step": []},  # an AR sample
+    ]
+    # step 1: (4 + 6 + 2) / 3 canvases; step 2: (10 + 8) / 2; step 3: 16 / 1
+    assert acceptance_curve(rows) == [[1, 4.0, 12.0, 3], [2, 9.0, 7.0, 2], [3, 16.0, 0.0, 1]]
+    assert acceptance_curve([{"steps_per_canvas": []}]) == []
+
+
+@pytest.mark.slow  # real wandb (offline)
+def test_each_run_logs_its_acceptance_curve(tmp_path, no_wandb_key):
+    """Issue 15 part 4: every diffusion run logs its per-step acceptance curve as a native W&B line plot."""
+    from contract.records import GenerationResult
+
+    rows = [
+        GenerationResult(
+            sample_id=f"q{i}", token_ids=[1] * 16, text="x", nfe=3, accepted_per_step=[acc], renoised_per_step=[ren]
+        ).to_dict()
+        for i, (acc, ren) in enumerate((([4, 12, 16], [12, 4, 0]), ([8, 16], [8, 0])))
+    ]
+    logger = WandbLogger(project="proj", mode="offline")
+    logger.start("b0.1", "sweep", {"seed": 0}, str(tmp_path / "b0.1"))
+    logger.finish({"tpf": 16 / 2.5}, rows)
+    logger.start("ar", "sweep", {"seed": 0}, str(tmp_path / "ar"))
+    logger.finish({"tpf": 1.0}, [GenerationResult(sample_id="q0", token_ids=[1], text="x", nfe=1).to_dict()])
+    (path,) = find_offline_runs(tmp_path / "b0.1" / "wandb")
+    rec = read_offline_run(path, wait_s=WAIT_S)
+    chart = rec.config["_wandb"]["visualize"]["acceptance"]["panel_config"]
+    assert chart["panelDefId"].startswith("wandb/line/") and chart["fieldSettings"] == {
+        "x": "step",
+        "y": "mean_accepted",
+        "stroke": None,
+    }
+    curve = rec.table("acceptance_table")
+    assert curve.values.tolist() == [[1, 6.0, 10.0, 2], [2, 14.0, 2.0, 2], [3, 16.0, 0.0, 1]]
+    (ar,) = find_offline_runs(tmp_path / "ar" / "wandb")
+    assert "acceptance_table" not in read_offline_run(ar, wait_s=WAIT_S).summary  # no denoising steps, no curve
 
 
 # ---- no network: fall back to offline in bounded time; one W&B run per run dir (issue 16, item 13) --------
@@ -186,27 +288,9 @@ def test_sweep_summary_run_holds_tables_and_pareto_images(tmp_path, no_wandb_key
 FAKE_KEY = "f" * 40
 
 
-def _run_id_when_written(path: Path, wait_s: float = 15.0) -> str:
-    """The run id an offline run recorded, once its record log is complete (holds the exit record). After a
-    `wandb.teardown()` in the same process, wandb's new service sometimes writes the log a moment after
-    `finish()` returned: wait for it."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    from harness.loggers import _records
-
-    def finished() -> bool:
-        (log,) = path.glob("run-*.wandb")
-        for payload in _records(log):
-            rec = pb.Record()
-            rec.ParseFromString(payload)
-            if rec.WhichOneof("record_type") == "exit":
-                return True
-        return False
-
-    deadline = time.monotonic() + wait_s
-    while not finished() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return read_offline_run(path).run_id
+def _run_id_when_written(path: Path, wait_s: float = WAIT_S) -> str:
+    """The run id an offline run recorded, once its record log is complete (holds the exit record)."""
+    return read_offline_run(path, wait_s=wait_s).run_id
 
 
 @pytest.fixture
@@ -251,7 +335,7 @@ def test_a_key_without_network_logs_offline_within_the_bound(tmp_path, key_but_n
     logger.finish(read_metrics(run_dir), read_samples(run_dir))
     (path,) = find_offline_runs(run_dir / "wandb")
     assert _run_id_when_written(path) == run_id(run_dir, "proj")
-    assert read_offline_run(path).summary["tpf"] == pytest.approx(2.0)
+    assert read_offline_run(path, wait_s=WAIT_S).summary["tpf"] == pytest.approx(2.0)
 
 
 @pytest.mark.slow  # real wandb, waits init_timeout
