@@ -6,7 +6,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: venv test test-fast lint sweep tiny-models pareto bench gpu-check clean
+.PHONY: venv test test-fast lint sweep search films tiny-models pareto bench gpu-check clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -43,6 +43,13 @@ sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + A
 	      $(PY) -m harness.run experiment=$$part 'hydra.callbacks={}' || exit 1; done ) & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 	$(PY) -m harness.pareto $(SWEEP_DIR) --out $(SWEEP_DIR)/summary
+
+search: venv  ## multi-objective sampler search on Sudoku (11 runs, ~2 min on 2 cores) vs the make sweep grid: hypervolume, dominance
+	$(PY) -m bench.search
+
+films: venv  ## denoising films of a run captured with sampler.capture_trajectory=true: make films RUN=<run dir> [N=4]
+	test -n "$(RUN)" || { echo "usage: make films RUN=<run dir> [N=4]"; exit 2; }
+	$(PY) -m harness.films $(RUN) --samples $(or $(N),4)
 
 pareto: venv  ## redraw Pareto plots + summary table from every run under outputs/
 	$(PY) -m harness.pareto outputs/sweeps outputs/runs --out outputs/plots

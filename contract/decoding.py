@@ -25,6 +25,7 @@ class DecoderKind(StrEnum):
     AR = "ar"
     AR_MTP = "ar+mtp"
     AR_DRAFT = "ar+draft"
+    AR_SAME_WEIGHTS = "ar-same-weights"  # a block-diffusion checkpoint decoding autoregressively (its encoder)
 
 
 @runtime_checkable

@@ -32,6 +32,20 @@ def sample_seed(run_seed: int, sample_id: str) -> int:
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
+def check_thinking_template(tokenizer, enable_thinking: bool | None, what: str = "model.enable_thinking") -> None:
+    """A thinking switch the chat template never reads would be silently ignored: refuse it instead."""
+    if enable_thinking is None:
+        return
+    template = tokenizer.chat_template
+    texts = template.values() if isinstance(template, dict) else [template or ""]
+    if not any("enable_thinking" in t for t in texts):
+        raise ValueError(
+            f"{what}={enable_thinking}: the tokenizer's chat template never reads `enable_thinking`, so the "
+            "switch would change nothing; use a checkpoint whose template does (Gemma 4 / DiffusionGemma) or set "
+            f"{what}=null"
+        )
+
+
 def encode_prompt(tokenizer, prompt: Prompt, enable_thinking: bool | None = None) -> list[int]:
     """Tokenize raw text as is, or chat messages through the tokenizer's chat template.
 

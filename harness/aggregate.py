@@ -29,7 +29,9 @@ import pandas as pd
 
 from contract.records import decode_metrics
 from evals.diagnostics import run_diagnostics
+from harness.dominance import add_dominance, default_knobs, describe, matches_knobs
 from harness.fronts import annotate_fronts
+from harness.scaling import crossovers, format_scaling, scaling_series
 from harness.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_samples
 
 ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
@@ -37,6 +39,7 @@ ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
 # here, per eval, where the table holds an AR run on the same items.
 DIAGNOSTIC_COLUMNS = ["stutter_rate", "mean_output_tokens", "length_ratio_vs_ar", "unclosed_thought_rate"]
 SAMPLER_PREFIX = "sampler."
+REPORT_PREFIX = "report_"  # report_<metric>: the published value beside the measured <metric>
 NUMERIC_COLUMNS = [
     "quality",
     "tpf",
@@ -60,8 +63,13 @@ TABLE_FIGURE_COLUMNS = [
     "step_cap_hit_rate",
     *DIAGNOSTIC_COLUMNS,
     "on_front",
+    "dominates_default",
+    "quality_delta",
+    "p_value",
     "consistent",
 ]
+# The test-time-scaling view: the default sampler at each step cap (`steps_curve`, steps_curve.csv).
+STEPS_CURVE_COLUMNS = ["model", "eval", "max_steps", "quality", "tpf", "mean_steps_per_canvas", "step_cap_hit_rate"]
 
 
 @dataclass
@@ -150,6 +158,9 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     row.update({f"{SAMPLER_PREFIX}{k}": v for k, v in flatten(sampler).items() if k != "name"})
     row.update(flatten({k: v for k, v in metrics.items() if k != "run"}))
     row.update({f"decoder.{k}": v for k, v in flatten(run.get("decoder") or {}).items() if "." not in k})
+    if report := run.get("report"):  # what the published figure says (experiment=report_* presets)
+        row["report"] = " / ".join(str(x) for x in (report.get("figure"), report.get("where")) if x)
+        row.update({f"{REPORT_PREFIX}{k}": v for k, v in (report.get("values") or {}).items()})
     row.update(steps_stats(rows))
     row["samples_rows"] = len(rows)
     row["samples_bad_lines"] = len(scan.bad)
@@ -214,11 +225,28 @@ def summarize(
     runs = collect(paths)
     table, fronts = annotate_fronts(runs, tpf_range=tpf_range)
     add_diagnostics(table)
+    add_dominance(table)  # dominates_default, quality_delta, p_value: paired test vs the checkpoint's sampler
     table.attrs["broken"] = runs.attrs.get("broken", [])
     files = write_table(table, out_dir, "summary")
     fronts_csv = Path(out_dir) / "fronts.csv"
     fronts.to_csv(fronts_csv, index=False)
-    return table, fronts, files + [fronts_csv]
+    files.append(fronts_csv)
+    if (curve := steps_curve(table))["max_steps"].nunique() > 1:  # a curve needs two step caps at least
+        curve.to_csv(Path(out_dir) / "steps_curve.csv", index=False)
+        files.append(Path(out_dir) / "steps_curve.csv")
+    return table, fronts, files
+
+
+def steps_curve(table: pd.DataFrame) -> pd.DataFrame:
+    """Quality and TPF vs `max_steps` for the runs that differ from the checkpoint's sampler in the step cap
+    alone (test-time scaling: can more steps than the default 48 buy quality back?), per model and eval."""
+    key = f"{SAMPLER_PREFIX}max_steps"
+    if table.empty or key not in table:
+        return pd.DataFrame(columns=STEPS_CURVE_COLUMNS)
+    rows = [i for i in table.index if matches_knobs(table.loc[i], default_knobs(), ignore=["max_steps"])]
+    curve = table.loc[rows].rename(columns={key: "max_steps"})
+    curve = curve[[c for c in STEPS_CURVE_COLUMNS + ["run_name"] if c in curve]]
+    return curve.sort_values(["model", "eval", "max_steps"], kind="stable").reset_index(drop=True)
 
 
 def add_diagnostics(table: pd.DataFrame) -> pd.DataFrame:
@@ -262,7 +290,10 @@ def format_table(df: pd.DataFrame, columns: list[str] | None = None) -> str:
     """A readable text table: identity, the varying sampler knobs, and the headline numbers."""
     if df.empty:
         return "(no finished runs)"
-    cols = [c for c in (columns or TABLE_ID_COLUMNS + varying_knobs(df) + TABLE_FIGURE_COLUMNS) if c in df]
+    if columns is None:  # each figure followed by its published value, where a report_* preset gave one
+        figures = [x for c in TABLE_FIGURE_COLUMNS for x in (c, f"{REPORT_PREFIX}{c}")]
+        columns = TABLE_ID_COLUMNS + varying_knobs(df) + figures + (["report"] if "report" in df else [])
+    cols = [c for c in columns if c in df]
     return df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
 
@@ -271,6 +302,16 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     if not fronts.empty:
         print("\nArea under the quality-vs-TPF front (AUP, quality units; front = tpf:quality points):")
         print(fronts.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    curve = steps_curve(table)
+    if curve["max_steps"].nunique() > 1:
+        print("\nQuality vs max denoising steps (the checkpoint's sampler otherwise; test-time scaling):")
+        print(curve.drop(columns="run_name").to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if "reference_run" in table:
+        print("\nDominance over the checkpoint's default sampler (paired test on the same items):")
+        print(describe(table))
+    if not (series := scaling_series(table)).empty:
+        print("\nThroughput vs concurrency (runs of one model at several batch sizes):")
+        print(format_scaling(series, crossovers(series)))
     if broken := table.attrs.get("broken"):
         print(f"\n{len(broken)} broken run(s), not in the table:")
         for run_dir, why in broken:

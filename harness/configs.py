@@ -57,7 +57,9 @@ def run_name(
     m = OmegaConf.to_container(model, resolve=True)
     s = OmegaConf.to_container(sampler, resolve=True)
     e = OmegaConf.to_container(ev, resolve=True)
-    parts = [str(m.get("name", "model"))]
+    if m.get("adapter") is None:
+        m.pop("adapter", None)  # runs without a LoRA adapter keep the identity they had before the key existed
+    parts = [str(m.get("name", "model")) + (f"+lora-{Path(str(m['adapter'])).name}" if m.get("adapter") else "")]
     if model_kind(model) == DecoderKind.DIFFUSION:
         cls = SAMPLERS.get(str(s.get("name")))
         defaults = asdict(cls()) if cls else {}
@@ -72,6 +74,57 @@ def run_name(
     return re.sub(r"[^\w.=+-]", "_", "__".join(parts)) + f"__{digest}"
 
 
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def check_hub_access(repo_id: str, repo_type: str, what: str) -> None:
+    """Fail before any loading when a gated (or private) hub repo would refuse us: no token, or a token
+    without the repo's terms accepted. Offline, or when the hub cannot be reached, nothing is checked
+    here (the loader then reads the local cache or reports the network error itself)."""
+    if hub_offline() or not HUB_ID.match(repo_id):
+        return
+    from huggingface_hub import HfApi, get_token
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    token = get_token()  # HF_TOKEN, or the token saved by `hf auth login`
+    fix = (
+        "set HF_TOKEN (or run `hf auth login`)"
+        if token is None
+        else "the token in use lacks access: accept the terms on the repo's page with that account"
+    )
+    url = f"https://huggingface.co/{'datasets/' if repo_type == 'dataset' else ''}{repo_id}"
+    try:
+        HfApi().auth_check(repo_id, repo_type=repo_type, token=token)
+    except GatedRepoError:
+        raise ValueError(f"{what}: {repo_id} is a gated {repo_type} ({url}); {fix}") from None
+    except RepositoryNotFoundError:
+        raise ValueError(f"{what}: {repo_id} does not exist or is private ({url}); {fix}") from None
+    except Exception:  # no network, hub down: the loader reports it, or reads the cache
+        return
+
+
+def check_thinking_switch(model: DictConfig) -> None:
+    """With `enable_thinking` set, load the tokenizer alone (seconds) and check that its chat template reads
+    the switch, before the weights load (minutes at 26B)."""
+    if model.get("enable_thinking") is None:
+        return
+    from transformers import AutoTokenizer
+
+    from contract.text import check_thinking_template
+
+    own = model.get("tokenizer")  # a separate tokenizer folder has no revision of its own
+    ref = resolve_model_ref(str(own or model.path), "model.tokenizer" if own else "model.path")
+    tokenizer = AutoTokenizer.from_pretrained(ref, revision=None if own else model.get("revision"))
+    check_thinking_template(tokenizer, model.enable_thinking)
+
+
+def check_eval_hub_access(ev) -> None:
+    """The hub data sets an eval reads (`hub_datasets()`, none for local files): access checked up front."""
+    for repo in getattr(ev, "hub_datasets", list)():
+        check_hub_access(repo, "dataset", f"eval ({ev.name})")
+
+
 def check_model_path(model: DictConfig) -> None:
     """Fail fast on a model path that is neither a local folder (as given, or under the repo root: the one rule
     every adapter loads by) nor a hub id ("org/name"), or a hub id that offline mode cannot load."""
@@ -83,6 +136,14 @@ def check_model_path(model: DictConfig) -> None:
         resolved = resolve_model_ref(str(path), "model.path")
     except FileNotFoundError as e:
         raise ValueError(f"{e}{hint}") from None
+    adapter = model.get("adapter")
+    if adapter:  # a LoRA adapter folder (models.lora), checked before the base loads
+        try:
+            folder = Path(resolve_model_ref(str(adapter), "model.adapter"))
+        except FileNotFoundError as e:
+            raise ValueError(str(e)) from None
+        if not (folder / "adapter_config.json").is_file():
+            raise ValueError(f"model.adapter: {folder} holds no adapter_config.json (not a LoRA adapter folder)")
     p = Path(resolved)
     if p.is_dir():
         if not (p / "config.json").exists():
@@ -90,7 +151,7 @@ def check_model_path(model: DictConfig) -> None:
         return
     if not HUB_ID.match(str(path)):
         raise ValueError(f"model.path: {path} does not exist locally and is not a hub id{hint}")
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+    if hub_offline():
         from huggingface_hub import try_to_load_from_cache
 
         if not isinstance(try_to_load_from_cache(str(path), "config.json", revision=model.get("revision")), str):
@@ -98,3 +159,7 @@ def check_model_path(model: DictConfig) -> None:
                 f"model.path: {path} is neither a local folder nor a cached hub model, and "
                 f"HF_HUB_OFFLINE=1 forbids downloading it{hint}"
             )
+    check_hub_access(str(path), "model", "model.path")
+    draft = model.get("draft_path")
+    if draft and not Path(resolve_model_ref(str(draft), "model.draft_path")).is_dir():
+        check_hub_access(str(draft), "model", "model.draft_path")

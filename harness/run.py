@@ -8,6 +8,7 @@ values) then holds config.yaml, samples.jsonl and metrics.json.
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from contract.decoding import DecoderKind, SelfDrivingEval
-from harness.configs import check_model_path, model_kind, register_configs
+from harness.cluster import SlurmJob, route_preemption_signals
+from harness.configs import (
+    check_eval_hub_access,
+    check_model_path,
+    check_thinking_switch,
+    model_kind,
+    register_configs,
+)
 from harness.evaluate import checked_items, run_items
 from harness.identity import loaded_commit, model_identity
 from harness.store import ResultStore
@@ -33,16 +41,22 @@ LM_EVAL_PROMPT_TOKENS = 2048
 def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     """The batch size to decode with, checked against a memory estimate before any weights load.
 
-    For block-diffusion models the peak (weights, KV cache for the longest prompt + max_new_tokens, the
+    For block-diffusion and plain AR models the peak (weights, KV cache for the longest prompt + max_new_tokens, the
     logits workspace, activations; `models.memory`) is compared with the device's free memory: a batch
     that cannot fit fails here naming `batch_size`; `batch_size=auto` picks the largest that fits (at
-    most the number of items)."""
+    most the number of items). AR + draft decoders run one request at a time: `auto` is 1 for them."""
     bs = cfg.batch_size
     if bs != "auto" and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 1):
         raise ValueError(f"batch_size: must be an integer >= 1 or 'auto', got {bs!r}")
-    if model_kind(cfg.model) != DecoderKind.DIFFUSION or cfg.model.get("device_map"):
+    kind = model_kind(cfg.model)
+    if kind in (DecoderKind.AR_MTP, DecoderKind.AR_DRAFT):  # transformers' assisted generation: one at a time
         if bs == "auto":
-            raise ValueError("batch_size=auto needs a block-diffusion model on one device (the memory estimate)")
+            log.info("batch_size=auto: 1 (%s decodes one request at a time)", kind)
+            return 1
+        return bs
+    if cfg.model.get("device_map"):
+        if bs == "auto":
+            raise ValueError("batch_size=auto needs a model on one device (the memory estimate); drop model.device_map")
         return bs
     from transformers import AutoTokenizer
 
@@ -57,7 +71,8 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
         prompt = max(len(encode_prompt(tok, it.prompt, cfg.model.get("enable_thinking"))) for it in items)
     else:
         prompt = LM_EVAL_PROMPT_TOKENS
-    canvas = sampler.canvas_length or config.canvas_length
+    # an AR step is one token per row: the same estimate with a canvas of 1 (logits B x 1 x V)
+    canvas = (sampler.canvas_length or config.canvas_length) if kind == DecoderKind.DIFFUSION else 1
     context = prompt + -(-ev.max_new_tokens // canvas) * canvas
     limit = getattr(config.get_text_config(), "max_position_embeddings", None)
     if limit and context > limit:
@@ -78,23 +93,49 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     return bs
 
 
+def report_values(report: DictConfig | None, model: DictConfig, label: str) -> dict[str, Any] | None:
+    """What a `report_*` preset says this run should measure: `report.expected` keyed by model name (wins) or by
+    decoder label (`<label>+lora` for a model with a LoRA adapter), e.g. `{figure: ..., where: ..., values:
+    {quality: 0.732}}`; None when it says nothing about this run."""
+    if not report:
+        return None
+    by_key = report.get("expected") or {}
+    expected = by_key.get(model.name, by_key.get(f"{label}+lora" if model.get("adapter") else label))
+    if expected is None:
+        return None
+    return {
+        "figure": report.get("figure"),
+        "where": report.get("where"),
+        "values": OmegaConf.to_container(expected, resolve=True),
+    }
+
+
 def check_top_level(cfg: DictConfig) -> None:
     """Type the top-level knobs: `resume=no` or `seed=1.5` must fail, not silently mean something else."""
     if not isinstance(cfg.resume, bool):
         raise ValueError(f"resume: must be true or false, got {cfg.resume!r}")
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
         raise ValueError(f"seed: must be an integer >= 0, got {cfg.seed!r}")
+    if report := cfg.get("report"):
+        for key, expected in (report.get("expected") or {}).items():
+            if not isinstance(expected, DictConfig) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in expected.values()
+            ):
+                raise ValueError(f"report.expected.{key}: must map metric names to numbers, got {expected!r}")
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     check_top_level(cfg)
     sampler = instantiate(cfg.sampler)
     ev = instantiate(cfg.eval)
-    check_model_path(cfg.model)
+    check_model_path(cfg.model)  # also: a gated hub model without a token fails here
+    check_eval_hub_access(ev)
+    check_thinking_switch(cfg.model)
     # no items, or repeated ids: fail here, before any weights load (lm-eval builds its items while it runs)
     items = None if isinstance(ev, SelfDrivingEval) else checked_items(ev)
     batch_size = plan_batch_size(cfg, ev, sampler, items)
     logger = instantiate(cfg.logger)
+    route_preemption_signals()  # in a Slurm job: SIGUSR1 requeues like USR2 (harness.cluster)
     store = ResultStore(run_dir)  # exclusive: a second process on the same run dir fails here
     try:
         return _run(cfg, store, sampler, ev, items, batch_size, logger)
@@ -113,6 +154,7 @@ def _run(cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: in
 
     torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
     from harness.decode import decoder_for
+    from models.expert_counter import for_decoder as count_experts
 
     model = instantiate(cfg.model)
     if commit := loaded_commit(model):  # a hub id: name the weights actually loaded, and refuse a mix
@@ -128,17 +170,28 @@ def _run(cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: in
         "seed": cfg.seed,
         "decoder": info,
     }
+    if job := SlurmJob.from_env():  # hydra/launcher=slurm: which job, array task and node ran it, how often requeued
+        run_info["slurm"] = asdict(job)
+    if expected := report_values(cfg.get("report"), cfg.model, decoder.label):
+        run_info["report"] = expected
     logger.start(
         run_name=cfg.run_name,
         group=str(cfg.sweep_name),
         config=OmegaConf.to_container(cfg, resolve=True),
         run_dir=str(store.run_dir),
     )
+    # MoE experts touched per forward, by forward kind (router hooks, read once at the end; they would break a
+    # compiled graph, so compiled models go without). A resumed run counts the forwards it ran itself.
+    experts = None if cfg.model.get("compile") else count_experts(decoder)
     if isinstance(ev, SelfDrivingEval):  # lm-eval builds and scores its own requests
         metrics = ev.run(decoder, store, batch_size=batch_size, seed=cfg.seed)
     else:
         metrics = run_items(ev, decoder, store, batch_size=batch_size, seed=cfg.seed, items=items)
     metrics["batch_size"] = batch_size
+    if experts is not None:
+        if experts.forwards():
+            metrics["experts_per_forward"] = experts.summary()
+        experts.close()
     # runs are compared (fronts, AUP) only on the same items: the eval's name, item count and item hash
     run_info["eval_id"] = f"{ev.name}-n{metrics['num_samples']}-{metrics.get('items_sha', 'unknown')[:6]}"
     metrics["run"] = run_info

@@ -20,9 +20,9 @@ from models.diffusion_gemma import DiffusionGemmaAdapter
 
 
 class DiffusionGemmaARDecoder:
-    """Greedy AR decoding with a DiffusionGemma checkpoint's encoder; label "ar" (series `<model>` in plots)."""
+    """Greedy AR decoding with a DiffusionGemma checkpoint's encoder; label "ar-same-weights"."""
 
-    label = kind = DecoderKind.AR
+    label = kind = DecoderKind.AR_SAME_WEIGHTS
     resumable = True  # greedy: a sample does not depend on its batch
 
     def __init__(self, **adapter_kwargs: Any):
@@ -33,7 +33,8 @@ class DiffusionGemmaARDecoder:
         return self.adapter.encode(prompt)
 
     def describe(self) -> dict[str, Any]:
-        return {**self.adapter.describe(), "decoder": "ar", "mode": "DiffusionGemma causal encoder + LM head, greedy"}
+        mode = "DiffusionGemma causal encoder + LM head, greedy"
+        return {**self.adapter.describe(), "decoder": str(self.label), "mode": mode}
 
     def stream(self, requests, batch_size: int):
         return stream_in_batches(self.generate, requests, batch_size)

@@ -28,7 +28,9 @@ CHARS = [c for c in string.printable if c not in "\x0b\x0c\r"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
     "{{ m['content'] }}<end_of_turn>\n{% endfor %}"
-    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n"
+    # as Gemma 4: thinking off (enable_thinking=false) opens the reply with an empty thought block
+    "{% if enable_thinking is defined and not enable_thinking %}<think></think>\n{% endif %}{% endif %}"
 )
 
 

@@ -191,3 +191,13 @@ def test_row_labels_never_make_a_grid_of_something_else():
     steps = "\n".join(f"Step {i}: {r}" for i, r in enumerate(ROWS6, 1))  # not a row label: 7 digits per line
     assert parse_answer(steps, 6) is None
     assert parse_answer(SOL6 + "1234", 6) is None  # in chat format a 40-digit line is not a grid
+
+
+def test_report_format_is_the_reports_prompt_and_parses_like_chat():
+    """`format=report`: the technical report's Sudoku instruction over N lines of N digits (0 = blank)."""
+    from evals.sudoku.formats import REPORT_INSTRUCTION, build_prompt, parse_answer
+
+    puzzle = "1200340000210043"
+    [message] = build_prompt(puzzle, "report")
+    assert message["role"] == "user" and message["content"] == f"{REPORT_INSTRUCTION}\n\n1200\n3400\n0021\n0043"
+    assert parse_answer("1234\n3412\n4321\n2143", 4, "report") == "1234341243212143"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evals.gpqa.tasks import builtin_yaml, check_data_file, hub_task, local_task_yaml
+from evals.gpqa.tasks import builtin_yaml, check_data_file, hub_dataset, hub_task, local_task_yaml
 from evals.lmeval.eval import LmEvalEval
 
 LOCAL_TASKS_DIR = "lm_eval_tasks"
@@ -30,6 +30,10 @@ class GPQAEval(LmEvalEval):
         kwargs.setdefault("main_metric", "exact_match")
         kwargs.setdefault("include_defaults", False)
         super().__init__(tasks=[task], name=name, **kwargs)
+
+    def hub_datasets(self) -> list[str]:
+        """The gated hub set the built-in task reads (none in local mode): checked for access before loading."""
+        return [] if self.data_files else [d for d in [hub_dataset(self.task)] if d]
 
     def task_source(self, run_dir: Path) -> tuple[list[str], list[str]]:
         if self.data_files:

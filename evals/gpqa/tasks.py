@@ -81,6 +81,19 @@ def local_task_yaml(task: str, data_file: str | Path, out_dir: str | Path) -> Ta
     return TaskSource([name], [str(out)])
 
 
+def hub_dataset(task: str) -> str | None:
+    """The hub data set a built-in task reads (`dataset_path`, following its `include:` chain)."""
+    path = builtin_yaml(task)
+    for _ in range(8):  # include chains are one or two files deep
+        text = path.read_text(encoding="utf-8")
+        if m := re.search(r"^dataset_path:\s*(\S+)", text, re.M):
+            return m.group(1).strip("'\"")
+        if not (inc := re.search(r"^include:\s*(\S+)", text, re.M)):
+            return None
+        path = path.parent / inc.group(1).strip("'\"")
+    return None
+
+
 def hub_task(task: str) -> TaskSource:
     """The built-in task as is; index only lm-eval's GPQA folder (full indexing costs ~13 s)."""
     builtin_yaml(task)

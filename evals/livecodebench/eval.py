@@ -76,6 +76,10 @@ class LiveCodeBenchEval(Eval):
             self._problems = {p.question_id: p for p in loaded}
         return self._problems
 
+    def hub_datasets(self) -> list[str]:
+        """The hub data set read when no local `data_dir` is given: checked for access before loading."""
+        return [] if self.data_dir else [self.hub_repo]
+
     def items(self) -> list[EvalItem]:
         return [
             EvalItem(

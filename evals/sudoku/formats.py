@@ -4,6 +4,9 @@
   else. This is what the small models in models/checkpoints/ are trained on (one char token per cell).
 - chat: a messages list for instruction models with the grid drawn row by row; the reply is parsed
   leniently (code fences, spaces, separators, box lines), taking the last complete grid in the reply.
+- report: the DiffusionGemma report's Sudoku prompt ("Solve the following Sudoku puzzle. Empty cells are
+  represented by 0. Output ONLY the solved puzzle"), the grid as N lines of N digits with 0 for blanks, which
+  its LoRA fine-tune was trained on; replies are parsed as chat replies.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ import re
 
 from evals.sudoku.grid import BOX_SHAPES, size_of
 
-FORMATS = ("compact", "chat")
+FORMATS = ("compact", "chat", "report")
+REPORT_INSTRUCTION = (
+    "Solve the following Sudoku puzzle. Empty cells are represented by 0. Output ONLY the solved puzzle."
+)
 
 
 def compact_prompt(puzzle: str) -> str:
@@ -44,11 +50,19 @@ def chat_prompt(puzzle: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
+def report_prompt(puzzle: str) -> list[dict[str, str]]:
+    n = size_of(puzzle)
+    rows = "\n".join(puzzle[r * n : (r + 1) * n] for r in range(n))
+    return [{"role": "user", "content": f"{REPORT_INSTRUCTION}\n\n{rows}"}]
+
+
 def build_prompt(puzzle: str, fmt: str):
     if fmt == "compact":
         return compact_prompt(puzzle)
     if fmt == "chat":
         return chat_prompt(puzzle)
+    if fmt == "report":
+        return report_prompt(puzzle)
     raise ValueError(f"unknown sudoku prompt format {fmt!r}; choose one of {FORMATS}")
 
 

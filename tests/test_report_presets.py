@@ -1,0 +1,158 @@
+"""The `experiment=report_*` presets: each GPU preset has a CPU twin with the same protocol, the twins run end to
+end through the real app and sweep summary, and the summary prints the report's value beside the measured one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from tests.helpers.app import REPO, app_env, run_app
+
+PRESETS = sorted(p.stem for p in (REPO / "conf/experiment").glob("report_*.yaml"))
+# What a twin may change: where the data come from and how much of it is decoded (never the protocol).
+TWIN_EVAL_KEYS = {"data_files", "data_dir", "release", "limit", "max_new_tokens"}
+
+
+def _compose(*overrides):
+    from hydra import compose, initialize_config_dir
+
+    from harness.configs import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_every_report_figure_has_a_preset_and_a_twin():
+    assert {"report_gpqa", "report_lcb", "report_speed", "report_batch_scaling", "report_sudoku"} <= set(PRESETS)
+    for name in PRESETS:
+        assert (REPO / f"conf/experiment/twin/{name}.yaml").is_file(), f"{name} has no CPU twin"
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_twin_keeps_the_presets_protocol(name):
+    gpu, cpu = _compose(f"experiment={name}"), _compose(f"experiment=twin/{name}")
+    assert gpu.report.expected and OmegaConf.to_container(gpu.report) == OmegaConf.to_container(cpu.report)
+    assert OmegaConf.to_container(gpu.sampler) == OmegaConf.to_container(cpu.sampler)
+    assert gpu.sampler.name == "entropy_bound"  # the checkpoint's sampler, defaults untouched
+    assert gpu.model.enable_thinking is not None  # the thinking switch is part of the protocol
+    if cpu.model.enable_thinking is not None:  # (the small Sudoku model's template has none)
+        assert gpu.model.enable_thinking == cpu.model.enable_thinking
+    ge, ce = OmegaConf.to_container(gpu.eval), OmegaConf.to_container(cpu.eval)
+    if ge["name"] == ce["name"]:
+        assert {k for k in ge.keys() | ce.keys() if ge.get(k) != ce.get(k)} <= TWIN_EVAL_KEYS
+    else:  # report_sudoku: a small model reads 4x4 compact grids, not the 26B's 9x9 chat prompt
+        assert ge["_target_"] == ce["_target_"]
+    # the GPU preset decodes the released models (hub ids), the twin the repo's tiny ones
+    models = gpu.hydra.sweeper.params.model.split(",")
+    for m in models:
+        path = str(_compose(f"model={m}").model.path)
+        assert path.startswith("google/"), (m, path)
+    for m in cpu.hydra.sweeper.params.model.split(","):
+        assert (REPO / str(_compose(f"model={m}").model.path)).is_dir(), m  # a model the repo builds or ships
+    if gpu.model.enable_thinking:  # thinking and non-thinking runs get their own token budgets
+        assert gpu.eval.max_new_tokens >= 16384
+    else:
+        assert gpu.eval.max_new_tokens <= 2048
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PRESETS)
+def test_twin_runs_end_to_end_and_the_summary_shows_the_report(name, tmp_path):
+    extra = []
+    if name == "report_sudoku":  # the twin's LoRA adapter: the CPU recipe, a few steps (same code path)
+        out = tmp_path / "out"
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness.train", "train=sudoku4_lora_cpu", "steps=4", f"paths.output_dir={out}"],
+            cwd=REPO,
+            env=app_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        extra = [f"paths.output_dir={out}"]
+    sweep = tmp_path / "sweep"
+    proc = run_app(f"experiment=twin/{name}", f"hydra.sweep.dir={sweep}", *extra, timeout=900)
+    table = pd.read_csv(sweep / "summary" / "summary.csv")
+    expected = OmegaConf.to_container(_compose(f"experiment={name}").report.expected)
+    for _, row in table.iterrows():
+        key = f"{row['label']}+lora" if "+lora-" in row["run_name"] else row["label"]
+        values = expected.get(row["model"], expected.get(key))
+        if values is None:  # e.g. the tiny AR + draft twin of AR+MTP: no published figure
+            assert all(pd.isna(row.get(f"report_{k}")) for v in expected.values() for k in v)
+            continue
+        for metric, value in values.items():
+            assert row[f"report_{metric}"] == pytest.approx(value)  # the report's figure beside ...
+            if metric in row:
+                assert pd.notna(row[metric])  # ... the measured one
+    assert table["report"].notna().any()
+    if name == "report_batch_scaling":
+        assert "crossover on" in proc.stdout and "(report: about 32)" in proc.stdout
+        assert sorted(table["batch_size"].unique()) == [1, 2, 4]
+    else:  # the printed table: each published value right after the measured column
+        for metric in {k for v in expected.values() for k in v}:
+            header = next(line.split() for line in proc.stdout.splitlines() if f"report_{metric}" in line.split())
+            assert header.index(f"report_{metric}") == header.index(metric) + 1
+    metrics = [json.loads(p.read_text()) for p in sweep.glob("*/metrics.json")]
+    assert metrics and all(m["run"]["eval_id"] for m in metrics)
+
+
+def test_report_expectations_are_checked_before_loading(tmp_path):
+    proc = run_app(
+        "experiment=twin/report_speed", "report.expected.ar.tpf=fast", f"hydra.sweep.dir={tmp_path}", check=False
+    )
+    assert proc.returncode != 0 and "report.expected.ar: must map metric names to numbers" in proc.stderr
+    assert not list(Path(tmp_path).glob("*/samples.jsonl"))
+
+
+def test_thinking_switch_needs_a_template_that_reads_it(tmp_path):
+    """The tiny tokenizer's template reads `enable_thinking` (as Gemma 4's does); one that does not is refused."""
+    from transformers import AutoTokenizer
+
+    from contract.text import check_thinking_template, encode_prompt
+
+    tok = AutoTokenizer.from_pretrained(REPO / "outputs/tiny/diffusion")
+    chat = [{"role": "user", "content": "hi"}]
+    off, on = encode_prompt(tok, chat, False), encode_prompt(tok, chat, True)
+    assert tok.decode(off).endswith("<think></think>\n") and not tok.decode(on).endswith("</think>\n")
+    check_thinking_template(tok, True)
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(ValueError, match="never reads `enable_thinking`"):
+        check_thinking_template(tok, False)
+    check_thinking_template(tok, None)  # no switch set: nothing to check
+    out = tmp_path / "tok"
+    tok.save_pretrained(out)
+    (out / "config.json").write_text((REPO / "outputs/tiny/diffusion/config.json").read_text())
+    proc = run_app(f"model.path={out}", "model.enable_thinking=true", "debug=default", check=False)
+    assert proc.returncode != 0 and "never reads `enable_thinking`" in proc.stderr
+
+
+def test_gated_hub_sources_are_declared_by_the_evals():
+    """Which hub data sets an eval would read (access-checked up front): none when local files are given."""
+    from hydra.utils import instantiate
+
+    hub = instantiate(_compose("eval=gpqa").eval)
+    local = instantiate(_compose("eval=gpqa", f"eval.data_files={REPO}/tests/fixtures/gpqa/gpqa_made_up.jsonl").eval)
+    assert hub.hub_datasets() == ["Idavidrein/gpqa"] and local.hub_datasets() == []
+    lcb = _compose("eval=livecodebench", f"eval.data_dir={REPO}/tests/fixtures/livecodebench").eval
+    assert instantiate(lcb).hub_datasets() == []
+
+
+def test_batch_size_auto_plans_ar_models_too():
+    """`batch_size=auto` works for every preset's models: AR from the memory estimate, AR + draft is 1."""
+    from hydra.utils import instantiate
+
+    from harness.evaluate import checked_items
+    from harness.run import plan_batch_size
+
+    for model, check in (("tiny_ar", lambda b: b == 3), ("tiny_ar_draft", lambda b: b == 1)):
+        cfg = _compose(f"model={model}", "batch_size=auto")
+        ev = instantiate(cfg.eval)
+        assert check(plan_batch_size(cfg, ev, instantiate(cfg.sampler), checked_items(ev))), model
