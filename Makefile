@@ -24,10 +24,11 @@ tiny-models: venv  ## tiny random checkpoints for smoke runs (outputs/tiny/)
 test: venv tiny-models  ## the whole test suite, then lint (CI runs this)
 	$(PY) -m pytest -q
 	@command -v bwrap >/dev/null || echo "WARNING: bubblewrap is missing: LiveCodeBench grading refuses to run and the sandbox tests were skipped (apt-get install -y bubblewrap)"
+	@command -v slurmctld >/dev/null || echo "WARNING: slurm-wlm/munge missing: the Slurm tests were skipped (apt-get install -y slurm-wlm munge, as root)"
 	$(MAKE) --no-print-directory lint
 
-test-fast: venv  ## the edit-test loop (< 60 s on 2 cores): every test except those marked slow, sandbox or gpu
-	$(PY) -m pytest -q -m "not slow and not sandbox and not gpu"
+test-fast: venv  ## the edit-test loop (~75 s on 2 cores): every test except those marked slow, sandbox, gpu or slurm
+	$(PY) -m pytest -q -m "not slow and not sandbox and not gpu and not slurm"
 
 lint: venv  ## ruff: lint (incl. import order) and format check; config in pyproject.toml
 	$(PY) -m ruff check .

@@ -71,7 +71,7 @@ def adapter_factory():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Sandbox tests skipped for want of bubblewrap must not pass unnoticed."""
+    """Sandbox tests skipped for want of bubblewrap, and Slurm tests without a cluster, must not pass unnoticed."""
     missing = [r for r in terminalreporter.stats.get("skipped", []) if "BUBBLEWRAP MISSING" in str(r.longrepr)]
     if missing:
         terminalreporter.write_sep(
@@ -80,3 +80,7 @@ def pytest_terminal_summary(terminalreporter):
             red=True,
             bold=True,
         )
+    no_slurm = [r for r in terminalreporter.stats.get("skipped", []) if "SLURM UNAVAILABLE" in str(r.longrepr)]
+    if no_slurm:  # why: not root, packages missing, a daemon that did not start (tests/helpers/slurm_cluster.py)
+        terminalreporter.write_sep("!", f"{len(no_slurm)} SLURM TESTS DID NOT RUN", red=True, bold=True)
+        terminalreporter.write_line(str(no_slurm[0].longrepr[-1]).splitlines()[0], red=True)

@@ -1,0 +1,292 @@
+"""Sweeps through a real single-node Slurm (`tests/helpers/slurm_cluster.py`), compared with the local launcher.
+
+The cluster (slurmctld + slurmd + munge, no cgroups) starts once per session, only when a test here is selected;
+where it cannot start, the tests skip saying why (`SLURM UNAVAILABLE`). Every job goes through the real scheduler:
+`python -m harness.run -m hydra/launcher=slurm` submits one array task per sweep point with sbatch, submitit runs
+it under srun, and the shipped Sudoku model decodes on this CPU node (the GPU defaults of `conf/hydra/launcher/
+slurm.yaml` overridden). The interrupted sweep shows the README's promise: a job that is preempted (`scancel
+--signal=USR1`), that reaches its time limit (`--time=1`, submitit's USR2 10 s before), or that Slurm kills and
+requeues outright (`scontrol requeue`: SIGTERM, then SIGKILL, no handler involved) resumes from its samples.jsonl
+and ends with every sample exactly once and the same results as the uninterrupted local run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from harness.store import SAMPLES, read_metrics, read_samples
+from tests.helpers.app import REPO, app_env
+from tests.helpers.slurm_cluster import SlurmCluster, SlurmUnavailable, start_cluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+SUDOKU = ["model=sudoku6_diffusion", "eval=sudoku6", "batch_size=1"]
+# a quick sweep (about 1 s of decoding per point)
+CLEAN = [*SUDOKU, "eval.num_puzzles=20", "sampler.max_steps=8,48", "sweep_name=slurm_clean"]
+# every canvas runs all its steps (no adaptive stop): point 0 (48 steps) decodes for 50 s even at 4 samples/s (2-3/s
+# on a 2-core CI machine), so its first job surely meets the 1-minute limit (Slurm checks limits every 30 s: the USR2
+# 10 s before the limit comes 20-50 s into the job); point 1 (8 steps) takes a sixth of that
+LONG_POINTS = (48, 8)
+NUM_LONG = 200
+INTERRUPTED = [
+    *SUDOKU,
+    f"eval.num_puzzles={NUM_LONG}",
+    "sampler.adaptive_stop=false",
+    f"sampler.max_steps={LONG_POINTS[0]},{LONG_POINTS[1]}",
+    "sweep_name=slurm_interrupted",
+]
+LOCAL = ["hydra/launcher=local"]
+# metrics that measure time (or count what one process did: forwards seen by the expert hooks)
+PROCESS_LOCAL = re.compile(r"second|latency|wall_time|experts_per_forward")
+SWEEP_TIMEOUT_S = 360
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    except SlurmUnavailable as e:
+        pytest.skip(str(e))
+    yield cluster
+    cluster.stop()
+
+
+def on_cluster(cluster: SlurmCluster, **launcher) -> list[str]:
+    """The user's command line for this cluster: the partition, and no GPU on this CPU node."""
+    params = {"partition": cluster.partition, "gpus_per_node": 0, "cpus_per_task": 1, "mem_gb": 1, **launcher}
+    return ["hydra/launcher=slurm", *(f"hydra.launcher.{k}={v}" for k, v in params.items())]
+
+
+@pytest.fixture
+def start_sweep(slurm_cluster):
+    """Start `python -m harness.run -m ...` in the background; whatever a failing test leaves behind (the sweep's
+    process group, its Slurm jobs) is ended afterwards."""
+    procs: list[subprocess.Popen] = []
+
+    def start(sweep_dir: Path, overrides: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "harness.run", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"]
+        out = log.open("w")
+        procs.append(
+            subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        )
+        return procs[-1]
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    slurm_cluster.cmd("scancel", f"--partition={slurm_cluster.partition}")  # this test's jobs: the cluster is ours
+
+
+ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def finish(proc, log: Path, cluster: SlurmCluster | None = None, array_id: str | None = None):
+    """Wait for a sweep. Without Slurm accounting (`sacct`) submitit cannot see a job that ended without a result,
+    so the submitting process would wait for ever: watch the array's jobs here and stop at the first that failed."""
+    deadline, failed = time.monotonic() + SWEEP_TIMEOUT_S, []
+    while proc.poll() is None and time.monotonic() < deadline and not failed:
+        time.sleep(1)
+        if cluster and array_id:
+            failed = [j for j in cluster.jobs() if j.get("ArrayJobId") == array_id and j["JobState"] in ENDED_BADLY]
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    if proc.returncode != 0 or failed:
+        jobs = cluster.cmd("scontrol", "show", "job") if cluster else ""
+        logs = "\n".join(p.read_text(errors="replace")[-2000:] for p in log.parent.rglob("*_log.*"))
+        raise AssertionError(
+            f"sweep exit {proc.returncode}\n{log.read_text()[-4000:]}\n{jobs}\n{logs}\n{cluster and cluster.logs()}"
+        )
+
+
+def cluster_env(cluster: SlurmCluster, tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return {**app_env(), **cluster.env(), "HOME": str(tmp_path / "home")}
+
+
+def run_dirs(sweep_dir: Path) -> dict[str, Path]:
+    return {p.parent.name: p.parent for p in sweep_dir.glob("*/metrics.json")}
+
+
+def comparable(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if k != "run" and not PROCESS_LOCAL.search(k)}
+
+
+def outputs(row: dict) -> tuple:
+    """What a sample decoded (not when or how fast)."""
+    return row["token_ids"], row["text"], row["nfe"], row["steps_per_canvas"], row["correct"]
+
+
+def assert_same_runs(slurm_sweep: Path, local_sweep: Path) -> dict[str, Path]:
+    ours, ref = run_dirs(slurm_sweep), run_dirs(local_sweep)
+    assert sorted(ours) == sorted(ref) and len(ours) == 2
+    for name, d in ours.items():
+        assert (d / "config.yaml").read_text() == (ref[name] / "config.yaml").read_text()
+        m, m_ref = read_metrics(d), read_metrics(ref[name])
+        assert comparable(m) == comparable(m_ref), name
+        assert {k: v for k, v in m["run"].items() if k != "slurm"} == m_ref["run"]
+        rows = {r["sample_id"]: outputs(r) for r in read_samples(d)}
+        assert rows == {r["sample_id"]: outputs(r) for r in read_samples(ref[name])}, name
+    return ours
+
+
+def exactly_once(run_dir: Path, expected_ids: set[str]) -> None:
+    """Every line of samples.jsonl a complete sample, each sample once, no sample missing."""
+    lines = (run_dir / SAMPLES).read_bytes().splitlines(keepends=True)
+    counts = Counter(json.loads(line)["sample_id"] for line in lines)
+    assert set(counts) == expected_ids and set(counts.values()) == {1}, counts.most_common(3)
+    assert not list(run_dir.glob(f"{SAMPLES}.bad-*")), "a line was dropped and decoded again"
+
+
+def test_two_point_sweep_through_slurm_matches_the_local_launcher(slurm_cluster, start_sweep, tmp_path):
+    env = cluster_env(slurm_cluster, tmp_path)
+    local, slurm = tmp_path / "local", tmp_path / "slurm"
+    t0 = time.monotonic()
+    local_proc = start_sweep(local, [*LOCAL, *CLEAN], env, tmp_path / "local.log")  # side by side
+    site = on_cluster(slurm_cluster, account="myproj", setup="['echo harness-setup-line-ran']")
+    slurm_proc = start_sweep(slurm, [*site, *CLEAN], env, tmp_path / "slurm.log")
+    finish(slurm_proc, tmp_path / "slurm.log", slurm_cluster)
+    t_slurm = time.monotonic() - t0
+    finish(local_proc, tmp_path / "local.log")
+    print(f"slurm sweep {t_slurm:.1f} s (both sweeps {time.monotonic() - t0:.1f} s)")
+
+    # one sbatch array, one task per sweep point, as submitit wrote it for the real scheduler
+    (script,) = (slurm / ".submitit").glob("*/*_submission.sh")
+    text = script.read_text()
+    for line in (
+        "#SBATCH --array=0-1%2",
+        f"#SBATCH --partition={slurm_cluster.partition}",
+        "#SBATCH --account=myproj",
+        "#SBATCH --gpus-per-node=0",
+        "#SBATCH --time=240",
+        "#SBATCH --signal=USR2@120",
+        "echo harness-setup-line-ran",
+    ):
+        assert line in text, text
+    array_id = script.parent.name
+    for task in ("0", "1"):  # the scheduler ran them as asked, and the setup line ran in each job
+        job = next(j for j in slurm_cluster.jobs() if j.get("ArrayJobId") == array_id and j.get("ArrayTaskId") == task)
+        assert (job["JobState"], job["Account"], job["Partition"]) == ("COMPLETED", "myproj", slurm_cluster.partition)
+        out = slurm / ".submitit" / f"{array_id}_{task}" / f"{array_id}_{task}_0_log.out"
+        assert "harness-setup-line-ran" in out.read_text()
+
+    runs = assert_same_runs(slurm, local)
+    jobs = sorted((read_metrics(d)["run"]["slurm"] for d in runs.values()), key=lambda j: j["array_task_id"])
+    assert [j["array_task_id"] for j in jobs] == ["0", "1"]
+    assert {j["array_job_id"] for j in jobs} == {array_id}
+    assert {j["node"] for j in jobs} == {slurm_cluster.node}
+    assert len({j["job_id"] for j in jobs}) == 2 and {j["restart_count"] for j in jobs} == {0}
+    assert "slurm" not in read_metrics(next(iter(run_dirs(local).values())))["run"]  # not a Slurm job
+
+    # the sweep-end summary: the same table (timings aside), fronts and plots
+    s, s_ref = (pd.read_csv(d / "summary" / "summary.csv").set_index("run_name").sort_index() for d in (slurm, local))
+    keep = [c for c in s_ref.columns if c != "run_dir" and not PROCESS_LOCAL.search(c)]
+    pd.testing.assert_frame_equal(s[keep], s_ref[keep])
+    fronts, fronts_ref = (pd.read_csv(d / "summary" / "fronts.csv") for d in (slurm, local))
+    pd.testing.assert_frame_equal(fronts, fronts_ref)
+    files = {p.relative_to(slurm / "summary") for p in (slurm / "summary").rglob("*.png")}
+    assert files == {p.relative_to(local / "summary") for p in (local / "summary").rglob("*.png")}
+    (tpf_plot,) = (p for p in files if p.name.startswith("pareto_") and p.name.endswith("_tpf.png"))
+    assert (slurm / "summary" / tpf_plot).read_bytes() == (local / "summary" / tpf_plot).read_bytes()
+
+
+def wait_for(what: str, predicate, timeout: float = 300, poll: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def count_lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def log_text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_preempted_timed_out_and_killed_jobs_resume_exactly_once(slurm_cluster, start_sweep, tmp_path):
+    """Point 0 reaches its 1-minute time limit (submitit catches USR2 and requeues), then is preempted with
+    `scancel --signal=USR1` mid-run (the harness routes USR1 to the same handler); point 1 is killed and requeued
+    by Slurm itself (`scontrol requeue`). Both end with every sample once and the local run's results."""
+    env = cluster_env(slurm_cluster, tmp_path)
+    local, slurm = tmp_path / "local", tmp_path / "slurm"
+    # 1-minute jobs: every signal counts as a timeout for submitit, and each job decodes for 20-50 s at most (less on a
+    # loaded machine), so allow more requeues than the shipped 3
+    launcher = on_cluster(slurm_cluster, timeout_min=1, signal_delay_s=10, max_num_timeout=15)
+    t0 = time.monotonic()
+    local_proc = start_sweep(local, [*LOCAL, *INTERRUPTED], env, tmp_path / "local.log")
+    slurm_proc = start_sweep(slurm, [*launcher, *INTERRUPTED], env, tmp_path / "slurm.log")
+
+    def array_job():
+        names = (p.name for p in (slurm / ".submitit").glob("*_0"))
+        return next((m.group(1) for n in names if (m := re.fullmatch(r"(\d+)_0", n))), None)
+
+    def task_dir(max_steps: int):
+        def find():
+            for cfg in slurm.glob("*/config.yaml"):
+                if OmegaConf.load(cfg).sampler.max_steps == max_steps:
+                    return cfg.parent
+
+        return wait_for(f"the run dir of max_steps={max_steps}", find)
+
+    array_id = wait_for("the array job", array_job)
+    long_dir, short_dir = task_dir(LONG_POINTS[0]), task_dir(LONG_POINTS[1])
+    long_log = slurm / ".submitit" / f"{array_id}_0" / f"{array_id}_0_0_log.out"
+    short_log = slurm / ".submitit" / f"{array_id}_1" / f"{array_id}_1_0_log.out"
+
+    # point 1: Slurm kills the running job (SIGTERM, SIGKILL after KillWait) and queues it again
+    n_killed = wait_for("point 1's first samples", lambda: (n := count_lines(short_dir / SAMPLES)) >= 5 and n)
+    slurm_cluster.cmd("scontrol", "requeue", f"{array_id}_1")
+
+    # point 0: its time limit; after the requeue, a preemption signal once it decodes again
+    def time_limit_signal():
+        text = log_text(long_log)
+        assert "Job completed" not in text, "point 0 finished before its time limit: give it more work"
+        return "Caught signal SIGUSR2" in text
+
+    wait_for("point 0's time-limit signal", time_limit_signal, timeout=240)
+    n_timeout = count_lines(long_dir / SAMPLES)
+    n_preempt = wait_for(
+        "point 0 to decode again after its requeue",
+        lambda: (n := count_lines(long_dir / SAMPLES)) >= n_timeout + 3 and n,
+        timeout=240,
+    )
+    slurm_cluster.cmd("scancel", "--signal=USR1", f"{array_id}_0")
+    finish(slurm_proc, tmp_path / "slurm.log", slurm_cluster, array_id)
+    t_slurm = time.monotonic() - t0
+    finish(local_proc, tmp_path / "local.log")
+    print(f"slurm sweep {t_slurm:.1f} s (both sweeps {time.monotonic() - t0:.1f} s)")
+
+    runs = assert_same_runs(slurm, local)
+    ids = {r["sample_id"] for r in read_samples(next(iter(run_dirs(local).values())))}
+    assert len(ids) == NUM_LONG
+    for d in runs.values():
+        exactly_once(d, ids)
+
+    # each interruption happened mid-run and was followed by a requeued job that finished the run
+    assert 5 <= n_killed < len(ids) and 0 < n_timeout < n_preempt < len(ids), (n_killed, n_timeout, n_preempt)
+    print(f"interrupted after {n_killed} (scontrol requeue), {n_timeout} (time limit), {n_preempt} (USR1) samples")
+    long_text, short_text = log_text(long_log), log_text(short_log)
+    assert "Caught signal SIGUSR2" in long_text and "Caught signal SIGUSR1" in long_text
+    assert long_text.count("Requeued job") >= 2 and long_text.count("Starting with JobEnvironment") >= 3
+    killed = short_text.split("Starting with JobEnvironment")[1]  # point 1's first job: Slurm's SIGTERM, no requeue
+    assert "Bypassing signal SIGTERM" in killed and "Caught signal" not in killed and "Requeued job" not in killed
+    assert read_metrics(long_dir)["run"]["slurm"]["restart_count"] >= 2
+    assert read_metrics(short_dir)["run"]["slurm"]["restart_count"] >= 1
