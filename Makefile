@@ -21,8 +21,10 @@ tiny-models: venv  ## tiny random checkpoints for smoke runs (outputs/tiny/)
 	test -f outputs/tiny/ar/config.json || $(PY) -m models.tiny ar outputs/tiny/ar
 	test -f outputs/tiny/ar_draft/config.json || $(PY) -m models.tiny ar outputs/tiny/ar_draft --seed 1
 
+# Two workers (pytest-xdist, one per core); tests that share a resource run on one worker (xdist_group marks:
+# the Slurm cluster, the sandbox's process checks).
 test: venv tiny-models  ## the whole test suite, then lint (CI runs this)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 	@command -v bwrap >/dev/null || echo "WARNING: bubblewrap is missing: LiveCodeBench grading refuses to run and the sandbox tests were skipped (apt-get install -y bubblewrap)"
 	@command -v slurmctld >/dev/null || echo "WARNING: slurm-wlm/munge missing: the Slurm tests were skipped (apt-get install -y slurm-wlm munge, as root)"
 	$(MAKE) --no-print-directory lint

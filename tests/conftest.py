@@ -22,7 +22,16 @@ if not torch.cuda.is_available():
 torch.set_num_threads(1)
 
 
+# Test modules whose graders start sandboxed processes: under pytest-xdist (`make test` runs two workers) they
+# share one worker, since the adversarial tests assert that no sandbox-uid process outlives a grading, machine-wide.
+SANDBOX_MODULES = ("test_sandbox.py", "test_sandbox_adversarial.py", "test_livecodebench.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("sandbox") or item.path.name in SANDBOX_MODULES:
+            item.add_marker(pytest.mark.xdist_group("sandbox"))
     if torch.cuda.is_available():
         return
     no_gpu = pytest.mark.skip(reason="needs a CUDA device")

@@ -30,7 +30,8 @@ from harness.store import SAMPLES, read_metrics, read_samples
 from tests.helpers.app import REPO, app_env
 from tests.helpers.slurm_cluster import SlurmCluster, SlurmUnavailable, start_cluster
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# one worker runs both (pytest-xdist --dist loadgroup): one cluster per session, and no two sweeps share its 2 CPUs
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 SUDOKU = ["model=sudoku6_diffusion", "eval=sudoku6", "batch_size=1"]
 # a quick sweep (about 1 s of decoding per point)
