@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.loggers import find_offline_runs, read_offline_run
 from harness.store import read_metrics, read_samples
+from harness.wandb_offline import find_offline_runs, read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

@@ -14,15 +14,14 @@ from harness.loggers import (
     NoLogger,
     WandbLogger,
     acceptance_curve,
-    find_offline_runs,
     has_wandb_api_key,
-    read_offline_run,
     resolve_mode,
     run_id,
     server_unreachable,
 )
 from harness.pareto import make_report
 from harness.store import read_metrics, read_samples
+from harness.wandb_offline import find_offline_runs, read_offline_run
 from tests.helpers.runs import make_run_dir, make_sweep
 
 # wandb's service process may finish writing a run's log a moment after finish() returned (seen under load):
