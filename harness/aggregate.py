@@ -66,6 +66,7 @@ TABLE_FIGURE_COLUMNS = [
     "dominates_default",
     "quality_delta",
     "p_value",
+    "faster_not_worse",
     "consistent",
 ]
 # The test-time-scaling view: the default sampler at each step cap (`steps_curve`, steps_curve.csv).

@@ -13,6 +13,9 @@ needed) and its quality is higher with confidence: p (Holm-adjusted over the run
 `correction="none"`) below `alpha` (default 0.05). So "quality >= and TPF >= with one strictly better" is decided
 by the quality gain, the one figure that can be noise. A faster run at the same observed quality is not flagged:
 that its quality is not lower cannot be shown without a margin; its `quality_delta` and `p_value` are still listed.
+That case has its own verdict with a stated margin: `faster_not_worse` when TPF > the reference's and quality is
+not lower by `margin` or more (default 0.02, i.e. 2 points) with confidence: a one-sided paired bootstrap of the
+mean per-item difference (p = share of resamples <= -margin), Holm-adjusted like the other (`p_not_worse`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from samplers.config import EntropyBoundConfig
 from samplers.knobs import NOT_KNOBS
 
 ALPHA = 0.05
+MARGIN = 0.02  # non-inferiority margin for `faster_not_worse`, in quality units (2 points on a 0..1 scale)
 SCORE = "correct"  # the per-sample score whose mean is `quality`
 BOOTSTRAP_RESAMPLES = 10_000
 COLUMNS = [
@@ -42,6 +46,9 @@ COLUMNS = [
     "dominance_alpha",
     "dominance_correction",
     "reference_run",
+    "faster_not_worse",
+    "p_not_worse",
+    "not_worse_margin",
 ]
 
 
@@ -53,6 +60,7 @@ class PairedComparison:
     quality_delta: float
     p_value: float
     test: str  # mcnemar_exact | paired_bootstrap
+    p_not_worse: float = float("nan")  # one-sided p for "not lower by `margin` or more" (paired bootstrap)
 
 
 def mcnemar_exact(run: np.ndarray, ref: np.ndarray) -> float:
@@ -65,19 +73,24 @@ def mcnemar_exact(run: np.ndarray, ref: np.ndarray) -> float:
     return float(binomtest(gain, gain + loss, 0.5, alternative="greater").pvalue)
 
 
-def paired_bootstrap(run: np.ndarray, ref: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> float:
-    """One-sided paired-bootstrap p for "run better than ref" on graded per-item scores: the share (with the +1
-    correction) of item resamples whose mean difference is <= 0. Seeded, so a table is reproducible."""
+def paired_bootstrap(
+    run: np.ndarray, ref: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, below: float = 0.0
+) -> float:
+    """One-sided paired-bootstrap p for "run better than ref by more than `below`" on per-item scores: the share
+    (with the +1 correction) of item resamples whose mean difference is <= `below` (0: better; -margin: not worse
+    by the margin). Seeded, so a table is reproducible."""
     d = np.asarray(run, dtype=float) - np.asarray(ref, dtype=float)
     rng = np.random.default_rng(seed)
     not_better = 0
     for start in range(0, resamples, 1000):  # chunks keep memory at 1000 x items
         idx = rng.integers(0, len(d), size=(min(1000, resamples - start), len(d)))
-        not_better += int((d[idx].mean(axis=1) <= 0).sum())
+        not_better += int((d[idx].mean(axis=1) <= below).sum())
     return (1 + not_better) / (1 + resamples)
 
 
-def compare_paired(run_rows: Iterable[dict], ref_rows: Iterable[dict], score: str = SCORE) -> PairedComparison:
+def compare_paired(
+    run_rows: Iterable[dict], ref_rows: Iterable[dict], score: str = SCORE, margin: float = MARGIN
+) -> PairedComparison:
     """Pair samples by id (and item hash, where stored) and test the run against the reference on them."""
     ref = {r["sample_id"]: r for r in ref_rows if r.get(score) is not None}
     pairs = []
@@ -94,7 +107,11 @@ def compare_paired(run_rows: Iterable[dict], ref_rows: Iterable[dict], score: st
     binary = bool(np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all())
     p = mcnemar_exact(a, b) if binary else paired_bootstrap(a, b)
     return PairedComparison(
-        len(pairs), float(a.mean() - b.mean()), p, "mcnemar_exact" if binary else "paired_bootstrap"
+        len(pairs),
+        float(a.mean() - b.mean()),
+        p,
+        "mcnemar_exact" if binary else "paired_bootstrap",
+        paired_bootstrap(a, b, below=-margin),
     )
 
 
@@ -140,6 +157,7 @@ def add_dominance(
     reference_knobs: Mapping[str, Any] | None = None,
     correction: str = "holm",
     score: str = SCORE,
+    margin: float = MARGIN,
 ) -> pd.DataFrame:
     """In place (and returned): the `COLUMNS` for every run, judged against its (model, eval) group's reference.
 
@@ -150,8 +168,12 @@ def add_dominance(
     if correction not in ("holm", "none"):
         raise ValueError(f"correction: must be 'holm' or 'none', got {correction!r}")
     knobs = dict(reference_knobs or default_knobs())
+    if not 0 <= margin < 1:
+        raise ValueError(f"margin: must be in [0, 1), got {margin}")
     table["dominates_default"] = False
-    for c in ("quality_delta", "p_value", "p_value_adjusted", "dominance_items"):
+    table["faster_not_worse"] = False
+    table["not_worse_margin"] = margin
+    for c in ("quality_delta", "p_value", "p_value_adjusted", "dominance_items", "p_not_worse"):
         table[c] = np.nan
     for c in ("dominance_test", "reference_run"):
         table[c] = None
@@ -180,11 +202,16 @@ def add_dominance(
             if i == ref:
                 continue
             try:
-                c = compare_paired(rows_of(table.at[i, "run_dir"]), rows_of(table.at[ref, "run_dir"]), score)
+                c = compare_paired(rows_of(table.at[i, "run_dir"]), rows_of(table.at[ref, "run_dir"]), score, margin)
             except ValueError as e:
                 print(f"[dominance] {table.at[i, 'run_name']}: no verdict ({e})")
                 continue
-            table.loc[i, ["quality_delta", "p_value", "dominance_items"]] = [c.quality_delta, c.p_value, c.n_items]
+            table.loc[i, ["quality_delta", "p_value", "dominance_items", "p_not_worse"]] = [
+                c.quality_delta,
+                c.p_value,
+                c.n_items,
+                c.p_not_worse,
+            ]
             table.at[i, "dominance_test"] = c.test
             tested.append(i)
         if not tested:
@@ -196,7 +223,13 @@ def add_dominance(
             table.loc[tested, "p_value_adjusted"].to_numpy(dtype=float) < alpha
         )
         table.loc[tested, "dominates_default"] = faster & better
+        p_nw = table.loc[tested, "p_not_worse"].to_numpy(dtype=float)
+        p_nw = holm(p_nw) if correction == "holm" else p_nw
+        strictly_faster = table.loc[tested, "tpf"].to_numpy(dtype=float) > float(table.at[ref, "tpf"])
+        table.loc[tested, "p_not_worse"] = p_nw
+        table.loc[tested, "faster_not_worse"] = strictly_faster & (p_nw < alpha)
     table["dominates_default"] = table["dominates_default"].astype(bool)
+    table["faster_not_worse"] = table["faster_not_worse"].astype(bool)
     return table
 
 
@@ -226,5 +259,19 @@ def describe(table: pd.DataFrame) -> str:
                 f"    {r['run_name']}: quality {r['quality']:.4g} ({r['quality_delta']:+.4g} on "
                 f"{int(r['dominance_items'])} items), TPF {r['tpf']:.4g}, p={r['p_value']:.3g} "
                 f"(adjusted {r['p_value_adjusted']:.3g})"
+            )
+        quick = tested[tested["faster_not_worse"]].sort_values("tpf", ascending=False)
+        margin = g["not_worse_margin"].iloc[0]
+        if quick.empty:
+            lines.append(f"  no faster setting is shown to lose less than {margin:g} quality")
+        else:
+            lines.append(
+                f"  {len(quick)} faster setting(s) lose less than {margin:g} quality with confidence "
+                "(paired bootstrap, same correction):"
+            )
+        for _, r in quick.iterrows():
+            lines.append(
+                f"    {r['run_name']}: TPF {r['tpf']:.4g} vs {ref['tpf']:.4g}, quality {r['quality']:.4g} "
+                f"({r['quality_delta']:+.4g}), p={r['p_not_worse']:.3g} (adjusted)"
             )
     return "\n".join(lines)

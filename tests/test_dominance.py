@@ -136,3 +136,20 @@ def test_hypervolume():
     assert hypervolume([0.5, 2.0], [1.0, 0.0]) == 0.0  # nothing beats the reference point (1, 0) on both axes
     assert hypervolume([2.0, 3.0], [1.0, 0.5], ref=(1.0, 0.5)) == pytest.approx(0.5)
     assert hypervolume([2.0, np.nan], [1.0, 0.9]) == pytest.approx(1.0)
+
+
+def test_faster_and_not_worse_needs_a_margin_with_confidence(tmp_path):
+    """A faster setting with the reference's outcome on every item is `faster_not_worse` (quality within the
+    2-point margin with confidence); one that loses 10 points, or one that is not faster, is not."""
+    outcomes = [1.0] * 180 + [0.0] * 20
+    _run(tmp_path, "default", outcomes, nfe=6)
+    _run(tmp_path, "same_faster", outcomes, nfe=4, max_steps=8)
+    _run(tmp_path, "worse_faster", [1.0] * 160 + [0.0] * 40, nfe=3, max_steps=4)
+    _run(tmp_path, "same_slower", outcomes, nfe=8, max_steps=96)
+    table = add_dominance(collect([tmp_path])).set_index("run_name")
+    flags = table["faster_not_worse"].to_dict()
+    assert flags == {"default": False, "same_faster": True, "worse_faster": False, "same_slower": False}
+    assert not table["dominates_default"].any()  # equal quality is never "better"
+    assert table.at["same_faster", "p_not_worse"] < 0.05 and table.at["same_faster", "not_worse_margin"] == 0.02
+    text = describe(table.reset_index())
+    assert "1 faster setting(s) lose less than 0.02 quality" in text and "same_faster:" in text
