@@ -21,6 +21,7 @@ from harness.fronts import area_under_front, front_mask
 from harness.plot_labels import freeze_layout, place_labels
 from harness.plot_points import (
     HIGHLIGHT_COLOR,
+    NOT_WORSE_COLOR,
     POINT_COLUMNS,
     plot_points,
     series_colors,
@@ -30,6 +31,7 @@ from harness.plot_points import (
 MARKERS = {"diffusion": "o", "ar": "s", "ar+mtp": "^", "ar+draft": "D", "ar-same-weights": "v"}
 X_AXES = {"tpf": "tokens per forward (TPF)", "tokens_per_second": "tokens / s"}
 DOMINATES = "dominates_default"  # gid of the red rings
+NOT_WORSE = "faster_not_worse"  # gid of the dashed green rings
 DPI = 150  # the figure's own dpi is the saved one: label boxes checked on screen are the boxes in the PNG
 LABEL_BOX = {"boxstyle": "square,pad=0.08", "facecolor": "white", "edgecolor": "none", "alpha": 0.8}
 FRONT_STYLES = ["-", "-.", ":", (0, (5, 1))]
@@ -169,6 +171,13 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
         handles.append(
             _proxy("o", "none", "dominates the default", size=14, markeredgecolor=HIGHLIGHT_COLOR, markeredgewidth=2)
         )
+    quick = pts[pts["faster_not_worse"].astype(bool)] if "faster_not_worse" in pts else pts.iloc[0:0]
+    if len(quick):
+        ring = {"facecolors": "none", "edgecolors": NOT_WORSE_COLOR, "linewidths": 1.5, "linestyles": "--"}
+        for ax in axes:
+            ax.scatter(quick[x], quick["quality"], s=260, gid=NOT_WORSE, **ring)
+        label = "faster than the default, quality not lower (margin, with confidence)"
+        handles.append(_proxy("o", "none", label, size=15, markeredgecolor=NOT_WORSE_COLOR, markeredgewidth=1.5))
     n = pd.to_numeric(pts["num_samples"], errors="coerce").dropna().unique() if "num_samples" in pts else []
     bars = f"n={int(n[0])} samples per run" if len(n) == 1 else "n = each run's samples"
     handles.append(Line2D([], [], color="0.3", marker="_", markersize=8, label=f"bars: Wilson 95% interval ({bars})"))

@@ -35,7 +35,12 @@ def _hover(r: pd.Series, knobs: list[str]) -> str:
         q += f" [{r['quality_lo']:.3f}, {r['quality_hi']:.3f}] (Wilson 95%, n={int(r['num_samples'])})"
     lines.append(q)
     lines.append(f"TPF {r['tpf']:.4g} · {r['tokens_per_second']:.4g} tokens/s")
-    flags = [name for name, on in (("default", r["is_default"]), ("dominates default", r["dominates_default"])) if on]
+    marks = (
+        ("default", r["is_default"]),
+        ("dominates default", r["dominates_default"]),
+        ("faster, not worse", r.get("faster_not_worse", False)),
+    )
+    flags = [name for name, on in marks if on]
     if flags:
         lines.append(" · ".join(flags))
     return "<br>".join(lines)

@@ -46,7 +46,16 @@ REMASK = "+remask"
 # them is an implementation check, shown in the run table).
 IMPLEMENTATION_KNOBS = ("draw", "random_stream")
 Z95 = 1.959963984540054
-POINT_COLUMNS = ["family", "family_name", "is_default", "quality_lo", "quality_hi", "point_label", "dominates_default"]
+POINT_COLUMNS = [
+    "family",
+    "family_name",
+    "is_default",
+    "quality_lo",
+    "quality_hi",
+    "point_label",
+    "dominates_default",
+    "faster_not_worse",
+]
 
 
 def _missing(v: Any) -> bool:
@@ -134,10 +143,11 @@ def plot_points(table: pd.DataFrame) -> pd.DataFrame:
         knobs = family_knobs(g)
         for i, r in g.iterrows():
             df.at[i, "point_label"] = point_label(r, knobs)
-    if "dominates_default" in df:
-        df["dominates_default"] = df["dominates_default"].map(lambda v: str(v).lower() == "true")
-    else:
-        df["dominates_default"] = False
+    for flag in ("dominates_default", "faster_not_worse"):  # harness.dominance's verdicts, where the table has them
+        if flag in df:
+            df[flag] = df[flag].map(lambda v: str(v).lower() == "true")
+        else:
+            df[flag] = False
     return df
 
 
@@ -153,6 +163,7 @@ FAMILY_COLORS = {  # tab10 hues; red is kept for "dominates the default", grey f
 SPARE_COLORS = ["#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f"]
 BASELINE_COLOR = "#595959"
 HIGHLIGHT_COLOR = "#d62728"
+NOT_WORSE_COLOR = "#2ca02c"  # faster than the default at no quality loss (within the margin): dashed green ring
 
 
 def series_order(pts: pd.DataFrame) -> list[tuple[Any, str]]:

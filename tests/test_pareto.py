@@ -202,6 +202,12 @@ def test_the_default_is_starred_with_a_dashed_line_and_dominating_runs_are_ringe
     (ring,) = [c for c in fig.axes[0].collections if c.get_gid() == "dominates_default"]
     assert sorted(map(tuple, ring.get_offsets().tolist())) == [(6.7, 0.96), (6.85, 0.955)]
     assert "dominates the default" in {t.get_text() for t in fig.legends[0].get_texts()}
+    # faster at no quality loss (harness.dominance's faster_not_worse): a dashed green ring of its own
+    quick = table.assign(faster_not_worse=table["run_name"] == "rm0.3")
+    fig = pareto_figure(quick, "tpf")
+    (ring,) = [c for c in fig.axes[0].collections if c.get_gid() == "faster_not_worse"]
+    assert ring.get_offsets().tolist() == [[6.7, 0.96]]
+    assert not [c for c in fig.axes[0].collections if c.get_gid() == "dominates_default"]
 
 
 def test_plot_points_families_default_and_intervals():
