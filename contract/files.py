@@ -1,8 +1,11 @@
-"""Writing result files so that a crash never leaves a torn one (used by the store and by self-driving evals)."""
+"""Result files that a crash never leaves torn (used by the store and by self-driving evals), and the one way input
+files are read line by line with errors that name the file and the line (used by the evals' readers)."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -14,3 +17,35 @@ def atomic_write(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def text_lines(path: Path, where: str = "") -> Iterator[tuple[int, str]]:
+    """(line number, text with its line end) of a UTF-8 text file, read lazily; a leading BOM is dropped. Bytes
+    that are not UTF-8 fail naming `<where><path>:<line>`."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{where}{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start} of the line); save the file as "
+                    "UTF-8"
+                ) from None
+
+
+def jsonl_objects(path: Path, where: str = "", expected: str = "a JSON object") -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each non-blank line of a JSON Lines file: a line that is not JSON, or not an object
+    (`expected` says what it should be), fails naming `<where><path>:<line>`."""
+    for n, text in text_lines(path, where):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}{path}:{n}: not valid JSON: {e.msg} (column {e.colno})") from None
+        if not isinstance(row, dict):
+            raise ValueError(
+                f"{where}{path}:{n}: expected {expected}, got a JSON {type(row).__name__} (JSON Lines: one object per "
+                "line)"
+            )
+        yield n, row

@@ -8,10 +8,10 @@ bytes that are not UTF-8) fails naming the file and the line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from contract.files import jsonl_objects
 from evals.base import Eval, EvalItem
 
 
@@ -27,22 +27,9 @@ class PromptsEval(Eval):
 
     def _load(self) -> list[EvalItem]:
         items = []
-        with self.path.open("rb") as f:
-            for n, raw in enumerate(f, 1):
-                where = f"eval.path: {self.path}:{n}"
-                try:
-                    line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
-                except UnicodeDecodeError as e:
-                    raise ValueError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{where}: not valid JSON: {e.msg} (column {e.colno})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{where}: expected a JSON object, got a JSON {type(row).__name__}")
-                items.append(EvalItem(sample_id=str(row.get("id", n)), prompt=_prompt(row, where), meta={"line": n}))
+        for n, row in jsonl_objects(self.path, where="eval.path: "):
+            prompt = _prompt(row, f"eval.path: {self.path}:{n}")
+            items.append(EvalItem(sample_id=str(row.get("id", n)), prompt=prompt, meta={"line": n}))
         return items[: self.limit] if self.limit else items
 
     def items(self) -> list[EvalItem]:

@@ -74,6 +74,38 @@ TINY_VISION = dict(
 )
 
 
+def _gemma4_text(
+    vocab_size: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    head_dim: int,
+    intermediate: int,
+    max_position: int,
+    sliding_window: int,
+) -> dict:
+    """The Gemma 4 text-model fields both tiny configs share: sliding and full attention alternating (the last
+    layer full), one K/V head, the global head size equal to the local one, the specials' ids."""
+    layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers - 1)]
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        layer_types=[*layer_types, "full_attention"],
+        num_attention_heads=heads,
+        num_key_value_heads=1,
+        head_dim=head_dim,
+        global_head_dim=head_dim,
+        num_global_key_value_heads=1,
+        sliding_window=sliding_window,
+        max_position_embeddings=max_position,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
+
+
 def diffusion_config(
     vocab_size: int,
     hidden: int = 64,
@@ -87,27 +119,11 @@ def diffusion_config(
     sliding_window: int = 128,
 ) -> DiffusionGemmaConfig:
     """Smallest DiffusionGemma config that builds (see shared/NOTES.md): tiny vision tower, MoE >= 1 expert."""
-    layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers - 1)]
-    layer_types.append("full_attention")
     text = dict(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        layer_types=layer_types,
-        num_attention_heads=heads,
-        num_key_value_heads=1,
-        head_dim=head_dim,
-        global_head_dim=head_dim,
-        num_global_key_value_heads=1,
+        **_gemma4_text(vocab_size, hidden, layers, heads, head_dim, intermediate, max_position, sliding_window),
         num_experts=num_experts,
         top_k_experts=1,
         moe_intermediate_size=max(16, intermediate // 4),
-        sliding_window=sliding_window,
-        max_position_embeddings=max_position,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
     )
     return DiffusionGemmaConfig(
         text_config=text,
@@ -129,24 +145,8 @@ def ar_config(
     max_position: int = 4096,
 ) -> Gemma4TextConfig:
     """A small Gemma 4 text (causal) config for the AR baseline and its draft model."""
-    layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers - 1)]
-    layer_types.append("full_attention")
     return Gemma4TextConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        layer_types=layer_types,
-        num_attention_heads=heads,
-        num_key_value_heads=1,
-        head_dim=head_dim,
-        global_head_dim=head_dim,
-        num_global_key_value_heads=1,
-        sliding_window=128,
-        max_position_embeddings=max_position,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
+        **_gemma4_text(vocab_size, hidden, layers, heads, head_dim, intermediate, max_position, sliding_window=128),
         hidden_size_per_layer_input=0,
         vocab_size_per_layer_input=vocab_size,
         tie_word_embeddings=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.app import REPO, run_app
+from tests.helpers.app import REPO, compose_app, run_app
 
 # parts/ are not experiments; report_* presets decode the released models on a GPU: their CPU twins
 # (experiment/twin/) run end to end in tests/test_report_presets.py instead
@@ -33,13 +33,7 @@ def test_experiment_runs_as_quick_multirun(experiment, tmp_path):
 
 def test_experiment_values_override_the_main_config():
     """experiment/ files state only what differs, and what they state wins (e.g. one sweep dir for make sweep)."""
-    from hydra import compose, initialize_config_dir
-
-    from harness.configs import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=sudoku_topk"])
+    cfg = compose_app("experiment=sudoku_topk")
     assert cfg.sweep_name == "sudoku_sweep" and cfg.batch_size == 100
     assert cfg.model.name == "sudoku6_diffusion" and cfg.sampler.name == "confidence_topk"
 
@@ -71,24 +65,12 @@ def test_experiment_values_override_the_main_config():
 )
 def test_run_names_keep_their_spelling(overrides, prefix):
     """Run-dir names are resume keys: the knob spellings (samplers.knobs) must never change."""
-    from hydra import compose, initialize_config_dir
-
-    from harness.configs import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        name = compose("config", overrides=overrides).run_name
+    name = compose_app(*overrides).run_name
     assert name.startswith(prefix) and len(name) == len(prefix) + 6
 
 
 def _compose(*overrides):
-    from hydra import compose, initialize_config_dir
-
-    from harness.configs import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+    return compose_app(*overrides, with_hydra=True)
 
 
 def test_make_sweep_experiments_and_parts():

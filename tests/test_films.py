@@ -11,6 +11,7 @@ import pytest
 
 from harness.films import SudokuRenderer, TextRenderer, ffmpeg_available, frames_of, main, make_films
 from harness.store import read_samples
+from tests.helpers.app import compose_app
 
 REPO = Path(__file__).resolve().parents[1]
 SUDOKU = "models/checkpoints/sudoku6_diffusion"
@@ -18,15 +19,9 @@ SUDOKU = "models/checkpoints/sudoku6_diffusion"
 
 def _run(run_dir: Path, *overrides: str) -> Path:
     """A real run through Hydra's composition and `harness.run.run`, in-process."""
-    from hydra import compose, initialize_config_dir
-
-    from harness.configs import register_configs
     from harness.run import run
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["sampler.capture_trajectory=true", "resume=false", *overrides])
-    run(cfg, run_dir)
+    run(compose_app("sampler.capture_trajectory=true", "resume=false", *overrides), run_dir)
     return run_dir
 
 

@@ -8,17 +8,13 @@ import os
 import shutil
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from contract.paths import REPO_ROOT
-from harness.configs import register_configs
 from harness.store import ResultStore, RunDirBusy
+from tests.helpers.app import compose_app
 
 
 def _cfg(overrides):
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=overrides)
+    return compose_app(*overrides)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from tests.helpers.app import REPO, app_env, run_app
+from tests.helpers.app import REPO, app_env, compose_app, run_app
 
 PRESETS = sorted(p.stem for p in (REPO / "conf/experiment").glob("report_*.yaml"))
 # What a twin may change: where the data come from and how much of it is decoded (never the protocol).
@@ -20,13 +20,7 @@ TWIN_EVAL_KEYS = {"data_files", "data_dir", "release", "limit", "max_new_tokens"
 
 
 def _compose(*overrides):
-    from hydra import compose, initialize_config_dir
-
-    from harness.configs import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+    return compose_app(*overrides, with_hydra=True)
 
 
 def test_every_report_figure_has_a_preset_and_a_twin():

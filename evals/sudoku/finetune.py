@@ -19,9 +19,7 @@ baseline's is the next-token loss on the same prompt + response tokens (the diff
 
 from __future__ import annotations
 
-import csv
 import json
-import random
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,7 +27,7 @@ import torch
 
 from contract.paths import resolve_model_ref
 from evals.sudoku.data import Example, ExampleOrder, load_examples
-from evals.sudoku.recipe import Schedule, TrainConfig, autocast, objective
+from evals.sudoku.recipe import Schedule, TrainConfig, TrainLog, autocast, objective, start_run
 from models.lora import attach_lora, lora_parameters, save_adapter
 from models.objectives import Batch, block_diffusion_loss, next_token_loss
 
@@ -94,11 +92,7 @@ def load_base(cfg: TrainConfig, device):
 def train_lora(cfg: TrainConfig) -> dict:
     """Fine-tune LoRA adapters on `cfg.init_from`; returns final figures. See the module docstring."""
     check(cfg)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    dev = torch.device(cfg.device)
+    dev = start_run(cfg)
     out = Path(cfg.out_dir)
     model, tokenizer = load_base(cfg, dev)
     examples = load_examples(cfg.data, cfg.size, tokenizer)
@@ -126,12 +120,7 @@ def train_lora(cfg: TrainConfig) -> dict:
         print(f"resuming from step {start}")
     order = ExampleOrder(len(examples), cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + start)
-    log_path = out / "train_log.csv"
-    new_log = not (log_path.exists() and start > 0)
-    log_f = open(log_path, "w" if new_log else "a", newline="")
-    log = csv.writer(log_f)
-    if new_log:
-        log.writerow(["step", "loss", "diffusion_loss", "encoder_loss", "lr", "elapsed_s"])
+    log = TrainLog(out, start, ["step", "loss", "diffusion_loss", "encoder_loss", "lr", "elapsed_s"])
     n_train = sum(p.numel() for p in params)
     n_total = sum(p.numel() for p in model.parameters())
     obj = objective(cfg)
@@ -162,8 +151,7 @@ def train_lora(cfg: TrainConfig) -> dict:
             mean = {k: v / runs for k, v in sums.items()}
             elapsed = schedule.elapsed()
             row = [done] + [f"{mean[k]:.5f}" if k in mean else "" for k in ("loss", "diffusion_loss", "encoder_loss")]
-            log.writerow(row + [f"{lr:.7f}", f"{elapsed:.1f}"])
-            log_f.flush()
+            log.row(row + [f"{lr:.7f}", f"{elapsed:.1f}"])
             schedule.bar.set_postfix(loss=f"{mean['loss']:.4f}")
             sums, runs = {}, 0
         if done % cfg.save_every == 0 or last:
@@ -181,7 +169,7 @@ def train_lora(cfg: TrainConfig) -> dict:
             torch.save({"lora": lora_state, "opt": opt.state_dict(), "step": done, "elapsed_s": elapsed}, state_path)
         if last:
             break
-    log_f.close()
+    log.close()
     if state_path.exists():
         state_path.unlink()  # only for resuming; the adapter folder is the result
     return {

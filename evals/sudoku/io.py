@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from contract.files import jsonl_objects, text_lines
 from evals.sudoku.grid import from_string, solve, to_string
 from evals.sudoku.puzzles import Puzzle
 
@@ -49,23 +50,11 @@ def to_puzzle(puzzle: str, solution: str | None = None, where: str = "", size: i
     return Puzzle(to_string(grid), to_string(res.solution), n, grid.count(0), res.nodes)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text with its line end) of a UTF-8 text file, read lazily; a leading BOM is dropped."""
-    with path.open("rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(
-                    f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start} of the line); save the file as UTF-8"
-                ) from None
-
-
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     line_of = {}
 
     def texts():
-        for n, text in _lines(path):
+        for n, text in text_lines(path):
             line_of["last"] = n
             yield text
 
@@ -89,22 +78,6 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         raise ValueError(f"{path}:{line_of.get('last', 1)}: not valid CSV ({e})") from None
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    for n, text in _lines(path):
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not valid JSON: {e.msg} (column {e.colno})") from None
-        if not isinstance(row, dict):
-            raise ValueError(
-                f"{path}:{n}: expected a JSON object with a 'puzzle', got a JSON {type(row).__name__} "
-                f"(JSON Lines: one object per line)"
-            )
-        yield n, row
-
-
 def iter_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
     """(line number, row dict) of a puzzle file, one row at a time."""
     path = Path(path)
@@ -113,7 +86,7 @@ def iter_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
     if path.suffix == ".csv":
         yield from _csv_rows(path)
     elif path.suffix in (".jsonl", ".json"):
-        yield from _jsonl_rows(path)
+        yield from jsonl_objects(path, expected="a JSON object with a 'puzzle'")
     else:
         raise ValueError(f"unsupported puzzle file type {path.suffix!r} (use .csv or .jsonl): {path}")
 

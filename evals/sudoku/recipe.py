@@ -8,10 +8,13 @@ and the entry point can dispatch to either without an import cycle.
 from __future__ import annotations
 
 import contextlib
+import csv
 import math
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -131,6 +134,37 @@ class Schedule:
             for g in self.opt.param_groups:
                 g["lr"] = lr
             yield step, frac, lr
+
+
+def start_run(cfg: TrainConfig):
+    """What every trainer does first: CPU threads, the seeds (torch and `random`), and the device."""
+    import torch
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    return torch.device(cfg.device)
+
+
+class TrainLog:
+    """`train_log.csv` in `out_dir`: a fresh file with `header`, or, when a run resumes (`start` > 0) and the
+    file exists, appended to; every row is flushed, so a killed run keeps its curve."""
+
+    def __init__(self, out_dir: Path, start: int, header: list[str]):
+        path = Path(out_dir) / "train_log.csv"
+        new = not (path.exists() and start > 0)
+        self._file = open(path, "w" if new else "a", newline="")
+        self._writer = csv.writer(self._file)
+        if new:
+            self.row(header)
+
+    def row(self, values: list[Any]) -> None:
+        self._writer.writerow(values)
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def autocast(cfg: TrainConfig, device):

@@ -15,9 +15,7 @@ after the prompt. A recipe with `lora:` set fine-tunes adapters on `init_from` i
 
 from __future__ import annotations
 
-import csv
 import json
-import random
 from dataclasses import asdict
 from pathlib import Path
 
@@ -33,12 +31,14 @@ from evals.sudoku.recipe import (
     Schedule,
     TrainApp,
     TrainConfig,
+    TrainLog,
     autocast,
     config_from,
     lr_at,
     objective,
     progress,
     register_train_configs,
+    start_run,
 )
 from evals.sudoku.stream import Curriculum, PuzzleStream
 from models.objectives import Batch, block_diffusion_loss
@@ -128,11 +128,7 @@ def train(cfg: TrainConfig) -> dict:
     """Run the recipe; returns final figures. Checkpoints land in `cfg.out_dir` every `save_every` steps."""
     from models.tiny import char_tokenizer
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    dev = torch.device(cfg.device)
+    dev = start_run(cfg)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = char_tokenizer()
@@ -154,12 +150,7 @@ def train(cfg: TrainConfig) -> dict:
     curriculum = Curriculum(tuple(cfg.curriculum_start), tuple(cfg.curriculum_end), cfg.curriculum_ramp)
     stream = PuzzleStream(cfg.size, curriculum, seed=cfg.seed + start, fresh_per_batch=cfg.fresh_per_batch)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + start)
-    log_path = out / "train_log.csv"
-    new_log = not (log_path.exists() and start > 0)
-    log_f = open(log_path, "w" if new_log else "a", newline="")
-    log = csv.writer(log_f)
-    if new_log:
-        log.writerow(["step", "loss", "lr", "blanks_lo", "blanks_hi", "elapsed_s", "eval_solved", "eval_tpf"])
+    log = TrainLog(out, start, ["step", "loss", "lr", "blanks_lo", "blanks_hi", "elapsed_s", "eval_solved", "eval_tpf"])
     model.train()
     run_loss, run_n, step = 0.0, 0, start
     schedule = Schedule(cfg, opt, start, elapsed0, f"train {cfg.kind}")
@@ -186,7 +177,7 @@ def train(cfg: TrainConfig) -> dict:
         if done % cfg.log_every == 0 or ev or last:
             lo, hi = curriculum.range_at(frac)
             elapsed = schedule.elapsed()
-            log.writerow(
+            log.row(
                 [
                     done,
                     f"{run_loss / run_n:.5f}",
@@ -198,7 +189,6 @@ def train(cfg: TrainConfig) -> dict:
                     ev.get("tpf", ""),
                 ]
             )
-            log_f.flush()
             schedule.bar.set_postfix(
                 loss=f"{run_loss / run_n:.4f}", blanks=f"{lo}-{hi}", **{k: f"{v:.3f}" for k, v in ev.items()}
             )
@@ -212,7 +202,7 @@ def train(cfg: TrainConfig) -> dict:
             )
         if last:
             break
-    log_f.close()
+    log.close()
     final = {"step": step + 1, "elapsed_s": schedule.elapsed(), "num_parameters": n_params}
     if state_path.exists():
         state_path.unlink()  # optimizer state is only for resuming; shipped checkpoints stay small

@@ -32,3 +32,15 @@ def run_app(*overrides, cwd=REPO, check=True, timeout=300):
     if check and proc.returncode != 0:
         raise AssertionError(proc.stderr[-3000:])
     return proc
+
+
+def compose_app(*overrides: str, with_hydra: bool = False):
+    """The app's composed config (`conf/config.yaml` + overrides), in-process, as `python -m harness.run` sees it;
+    `with_hydra` keeps the `hydra` node (launcher, sweeper, run/sweep dirs)."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.configs import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
