@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import torch
 
-# Which draw a number feeds; part of the key, so the streams never overlap.
+# Which draw a number feeds; part of the key, so the streams never overlap. The AR streams key a number by
+# (seed, 0, absolute position): TOKEN samples a target token, DRAFT a draft token, ACCEPT the speculative
+# acceptance test of a draft token and RESIDUAL the token drawn where a draft was rejected.
 SAMPLE, RENOISE, INIT = 0, 1, 2
+TOKEN, DRAFT, ACCEPT, RESIDUAL = 3, 4, 5, 6
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MUL1 = 0xBF58476D1CE4E5B9

@@ -1,0 +1,169 @@
+"""Per-row KV slots in preallocated buffers: the one cache behind continuous batching, diffusion commits and
+speculative rollback.
+
+Every batch row owns a slot row of each layer's buffer (rows, kv_heads, capacity, head_dim). A forward writes
+only its new K/V: the positions `start_b .. start_b + n - 1` of each row it runs (`begin`), scattered into that
+row's slots. Nothing else moves: admitting a request reuses a free row (`reset`), a finished row is simply
+forgotten, and rolling a row back (rejected draft tokens, or a denoised canvas that will be re-encoded) is
+just starting its next write at an earlier position. Which slot holds which position is a pure function of the
+highest position written (`written`, tracked on the host), so masks are built from positions and no step
+reads the device.
+
+Full-attention layers store position p in slot p (capacity grows by doubling when a row needs more, an
+amortised copy). Sliding-window layers keep a ring of `window - 1 + max_chunk` slots (position p in slot
+p mod ring): a chunk of up to `max_chunk` new positions is written before attention, and the positions it
+overwrites are older than any of the chunk's queries can see. Attention spans the ring, or the full layers'
+slots up to the longest row in flight (the padding waste is `padding_waste()`).
+
+The cache speaks the small part of transformers' `Cache` interface the Gemma 4 / DiffusionGemma attention
+layers call (`update(keys, values, layer_idx)`), so the models' own forwards run on it unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class SlotCache:
+    """Preallocated K/V slots for `rows` batch rows of a causal LM (or DiffusionGemma's encoder)."""
+
+    is_compileable = False
+
+    def __init__(
+        self,
+        config,
+        rows: int,
+        capacity: int,
+        max_chunk: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ):
+        if rows < 1 or capacity < 1 or max_chunk < 1:
+            raise ValueError(f"rows, capacity and max_chunk must be >= 1, got {rows}, {capacity}, {max_chunk}")
+        self.rows, self.max_chunk, self.dtype, self.device = rows, max_chunk, dtype, torch.device(device)
+        self.layer_types: list[str] = list(config.layer_types)
+        window = getattr(config, "sliding_window", None)
+        self.window = window
+        self.ring = window - 1 + max_chunk if window else None
+        self.capacity = capacity
+        self.keys: list[torch.Tensor | None] = [None] * len(self.layer_types)
+        self.values: list[torch.Tensor | None] = [None] * len(self.layer_types)
+        self.written = [-1] * rows  # highest position written per row (host); -1 = empty
+        self._rows: torch.Tensor | None = None  # the rows the current forward writes (None = 0..b-1)
+        self._slots: dict[str, torch.Tensor] = {}  # layer type -> (b, n) slot index per new position
+        self._span: dict[str, int] = {}
+        self.bytes_written = 0  # K/V bytes written by forwards (new K/V only)
+        self.bytes_moved = 0  # K/V bytes of other rows or older positions copied (capacity growth only)
+        self.bytes_gathered = 0  # a forward over scattered rows reads its rows' K/V into a batch (theirs alone)
+
+    # --- geometry --------------------------------------------------------------------------------------
+    def is_sliding_type(self, layer_type: str) -> bool:
+        return layer_type == "sliding_attention" and self.ring is not None
+
+    def slots_of(self, layer_type: str) -> int:
+        return self.ring if self.is_sliding_type(layer_type) else self.capacity
+
+    def key_positions(self, layer_type: str, rows: list[int], span: int) -> torch.Tensor:
+        """(len(rows), span) the position each of the first `span` slots holds (-1: empty), from `written` alone."""
+        hi = torch.tensor([self.written[r] for r in rows], dtype=torch.long, device=self.device)[:, None]
+        s = torch.arange(span, device=self.device)[None, :]
+        n = self.slots_of(layer_type)
+        kp = hi - torch.remainder(hi - s, n)
+        return torch.where(hi >= 0, kp, torch.full_like(kp, -1))
+
+    # --- the write context of one forward ------------------------------------------------------------
+    def reset(self, rows: list[int]) -> None:
+        """Rows take new requests: their slots are empty again (nothing is cleared: masks hide old K/V)."""
+        for r in rows:
+            self.written[r] = -1
+
+    def begin(self, rows: list[int] | None, starts: list[int], n: int) -> None:
+        """The next forward writes positions `starts[i] .. starts[i] + n - 1` of batch row `rows[i]`
+        (`rows=None`: rows 0..len(starts)-1, the whole batch in flight, attended without copies)."""
+        if n > self.max_chunk:
+            raise ValueError(f"a forward may write at most {self.max_chunk} positions per row, got {n}")
+        rows_list = list(range(len(starts))) if rows is None else list(rows)
+        need = max(s + n for s in starts)
+        if need > self.capacity:
+            self._grow(need)
+        for r, s in zip(rows_list, starts, strict=True):
+            self.written[r] = max(self.written[r], s + n - 1)
+        pos = torch.tensor(starts, dtype=torch.long, device=self.device)[:, None] + torch.arange(n, device=self.device)
+        contiguous = rows_list == list(range(len(rows_list)))
+        self._rows = None if contiguous else torch.tensor(rows_list, dtype=torch.long, device=self.device)
+        self._row_list = rows_list
+        self._slots, self._span = {}, {}
+        for t in set(self.layer_types):
+            size = self.slots_of(t)
+            self._slots[t] = torch.remainder(pos, size) if self.is_sliding_type(t) else pos
+            self._span[t] = size if self.is_sliding_type(t) else max(self.written[r] for r in rows_list) + 1
+
+    def masks(self, query_positions: torch.Tensor, dtype: torch.dtype, visible_until=None) -> dict[str, torch.Tensor]:
+        """Additive attention masks (b, 1, q, span) per layer type for the current forward's rows.
+
+        Causal by default (a key is visible to a query at or after its position); `visible_until` (b,) makes
+        every key below it visible instead (bidirectional inside a canvas), still within the sliding window."""
+        out = {}
+        qp = query_positions[:, None, :, None]
+        for t in set(self.layer_types):
+            kp = self.key_positions(t, self._row_list, self._span[t])[:, None, None, :]
+            if visible_until is None:
+                seen = (kp >= 0) & (kp <= qp)
+            else:
+                seen = (kp >= 0) & (kp < visible_until.to(self.device)[:, None, None, None]) & (qp >= 0)
+            if self.is_sliding_type(t):
+                seen = seen & ((qp - kp).abs() < self.window)
+            out[t] = torch.zeros(seen.shape, dtype=dtype, device=self.device).masked_fill_(
+                ~seen, torch.finfo(dtype).min
+            )
+        return out
+
+    # --- transformers' Cache interface (what the attention layers call) ------------------------------
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        """Write the forward's new K/V (b, heads, n, dim) into its rows' slots; return the K/V to attend over."""
+        t = self.layer_types[layer_idx]
+        if self.keys[layer_idx] is None:
+            shape = (self.rows, key_states.shape[1], self.slots_of(t), key_states.shape[3])
+            self.keys[layer_idx] = torch.zeros(shape, dtype=key_states.dtype, device=self.device)
+            self.values[layer_idx] = torch.zeros(shape, dtype=value_states.dtype, device=self.device)
+        slots, span = self._slots[t], self._span[t]
+        b = key_states.shape[0]
+        rows = (torch.arange(b, device=self.device)[:, None] if self._rows is None else self._rows[:, None]).expand_as(
+            slots
+        )
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k[rows, :, slots] = key_states.transpose(1, 2).to(k.dtype)
+        v[rows, :, slots] = value_states.transpose(1, 2).to(v.dtype)
+        self.bytes_written += 2 * key_states.numel() * k.element_size()
+        if self._rows is None:
+            return k[:b, :, :span], v[:b, :, :span]
+        self.bytes_gathered += 2 * b * k.shape[1] * span * k.shape[3] * k.element_size()
+        return k[self._rows, :, :span], v[self._rows, :, :span]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return max(self.written) + 1
+
+    # --- bookkeeping ---------------------------------------------------------------------------------
+    def _grow(self, need: int) -> None:
+        """Double the full layers' capacity (rare: amortised over the writes that filled it)."""
+        new = max(need, 2 * self.capacity)
+        for i, t in enumerate(self.layer_types):
+            if self.is_sliding_type(t) or self.keys[i] is None:
+                continue
+            for store in (self.keys, self.values):
+                old = store[i]
+                grown = old.new_zeros((*old.shape[:2], new, old.shape[3]))
+                grown[:, :, : old.shape[2]] = old
+                store[i] = grown
+                self.bytes_moved += old.numel() * old.element_size()
+        self.capacity = new
+
+    def padding_waste(self, rows: list[int]) -> float:
+        """Share of the full layers' attended slots that belong to no row (rows attend up to the longest)."""
+        lengths = [self.written[r] + 1 for r in rows]
+        if not lengths or max(lengths) <= 0:
+            return 0.0
+        return 1.0 - sum(lengths) / (len(lengths) * max(lengths))
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
