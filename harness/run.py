@@ -44,16 +44,12 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     For block-diffusion and plain AR models the peak (weights, KV cache for the longest prompt + max_new_tokens, the
     logits workspace, activations; `models.memory`) is compared with the device's free memory: a batch
     that cannot fit fails here naming `batch_size`; `batch_size=auto` picks the largest that fits (at
-    most the number of items). AR + draft decoders run one request at a time: `auto` is 1 for them."""
+    most the number of items). AR + draft / MTP decoders are estimated as their target verifying k + 1 positions
+    per row (the drafter's own weights and cache are not in the estimate: a drafter is small next to it)."""
     bs = cfg.batch_size
     if bs != "auto" and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 1):
         raise ValueError(f"batch_size: must be an integer >= 1 or 'auto', got {bs!r}")
     kind = model_kind(cfg.model)
-    if kind in (DecoderKind.AR_MTP, DecoderKind.AR_DRAFT):  # transformers' assisted generation: one at a time
-        if bs == "auto":
-            log.info("batch_size=auto: 1 (%s decodes one request at a time)", kind)
-            return 1
-        return bs
     if cfg.model.get("device_map"):
         if bs == "auto":
             raise ValueError("batch_size=auto needs a model on one device (the memory estimate); drop model.device_map")
@@ -71,8 +67,13 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
         prompt = max(len(encode_prompt(tok, it.prompt, cfg.model.get("enable_thinking"))) for it in items)
     else:
         prompt = LM_EVAL_PROMPT_TOKENS
-    # an AR step is one token per row: the same estimate with a canvas of 1 (logits B x 1 x V)
-    canvas = (sampler.canvas_length or config.canvas_length) if kind == DecoderKind.DIFFUSION else 1
+    # an AR step is one token per row (a verify step k + 1): the same estimate with that canvas (logits B x C x V)
+    if kind == DecoderKind.DIFFUSION:
+        canvas = sampler.canvas_length or config.canvas_length
+    elif kind in (DecoderKind.AR_MTP, DecoderKind.AR_DRAFT):
+        canvas = int(cfg.model.get("num_assistant_tokens", 4)) + 1
+    else:
+        canvas = 1
     context = prompt + -(-ev.max_new_tokens // canvas) * canvas
     limit = getattr(config.get_text_config(), "max_position_embeddings", None)
     if limit and context > limit:

@@ -69,7 +69,7 @@ class SlotCache:
         s = torch.arange(span, device=self.device)[None, :]
         n = self.slots_of(layer_type)
         kp = hi - torch.remainder(hi - s, n)
-        return torch.where(hi >= 0, kp, torch.full_like(kp, -1))
+        return torch.where(kp >= 0, kp, torch.full_like(kp, -1))
 
     # --- the write context of one forward ------------------------------------------------------------
     def reset(self, rows: list[int]) -> None:

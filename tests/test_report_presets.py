@@ -92,6 +92,13 @@ def test_twin_runs_end_to_end_and_the_summary_shows_the_report(name, tmp_path):
     if name == "report_batch_scaling":
         assert "crossover on" in proc.stdout and "(report: about 32)" in proc.stdout
         assert sorted(table["batch_size"].unique()) == [1, 2, 4]
+        for label in ("diffusion", "ar", "ar+draft"):  # every decoder at every concurrency
+            assert sorted(table[table["label"] == label]["batch_size"]) == [1, 2, 4], label
+        assert (
+            "crossover on" in proc.stdout
+            and "tiny_ar_draft reaches" in proc.stdout
+            and "tiny_ar reaches" in proc.stdout
+        )
     else:  # the printed table: each published value right after the measured column
         for metric in {k for v in expected.values() for k in v}:
             header = next(line.split() for line in proc.stdout.splitlines() if f"report_{metric}" in line.split())
