@@ -18,12 +18,9 @@ from transformers.cache_utils import DynamicCache
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
-from models import kv_rows
+from models import kv_rows, logits_blocks
 from models.lora import load_adapter
 
-# Logits are made and read in blocks of canvas positions of at most this many float32 bytes, so the only
-# full-size logits tensor is the caller's output (the block size depends on (C, V) alone: batch invariance).
-LOGITS_BLOCK_BYTES = 64 << 20
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
 
@@ -250,36 +247,27 @@ class DiffusionGemmaAdapter:
         `sc` (B, C, V) holds the previous step's temperature-scaled logits; rows with `sc_rows[i]` False
         (the first step of a canvas) get no self-conditioning. `out` (B, C, V), any float dtype, receives
         the logits and may be `sc` itself: the self-conditioning signal is read before it is overwritten.
-        The signal and the LM head run one batch row at a time, so the only full-size tensor is `out`
-        (transformers' forward holds about four: softmax, its cast, the logits and their float copy).
+        The signal and the LM head each run over all rows' positions in one matmul per block
+        (`models.logits_blocks`: the weight is read once per step where the block fits the budget), so the only
+        full-size tensor is `out` (transformers' forward holds about four: softmax, its cast, the logits and
+        their float copy).
         """
         dec = self.model.model.decoder
         w = dec.embed_tokens.weight
         embeds = dec.embed_tokens(canvas)
         soft = torch.zeros_like(embeds)
         b, c = canvas.shape
-        block = max(1, min(c, LOGITS_BLOCK_BYTES // (4 * self.vocab_size)))  # positions: depends on (C, V) only
-        spans = [(j, min(j + block, c)) for j in range(0, c, block)]
-        if sc is not None:
+        budget = logits_blocks.budget_bytes(b, c, self.vocab_size)
+        if sc is not None:  # as transformers: softmax in float32 of the model-dtype logits, x embed_scale
             scale = dec.embed_tokens.embed_scale.to(embeds.dtype)
-            for i in range(b):
-                if sc_rows is None or sc_rows[i]:  # as transformers: softmax in float32 of the model-dtype logits
-                    for lo, hi in spans:
-                        probs = sc[i, lo:hi].to(w.dtype).softmax(dim=-1, dtype=torch.float32).to(w.dtype)
-                        soft[i, lo:hi] = torch.matmul(probs, w) * scale
+            rows = [i for i in range(b) if sc_rows is None or sc_rows[i]]
+            logits_blocks.self_conditioning_into(soft, sc, rows, w, scale, budget, free=out)
         hidden = dec.self_conditioning(embeds, soft)
         positions = state.next_position[:, None] + torch.arange(c, device=canvas.device)
         hidden = self._decoder_layers(hidden, positions, masks, state.cache)
         if out is None:
             out = torch.empty((b, c, self.vocab_size), dtype=torch.float32, device=canvas.device)
-        head = self.model.lm_head.weight
-        for i in range(b):
-            for lo, hi in spans:
-                if out.dtype == head.dtype:
-                    torch.matmul(hidden[i, lo:hi], head.t(), out=out[i, lo:hi])
-                else:
-                    out[i, lo:hi].copy_(torch.matmul(hidden[i, lo:hi], head.t()))
-        return out
+        return logits_blocks.lm_head_into(out, hidden, self.model.lm_head.weight, budget)
 
     def _decoder_layers(self, hidden, positions, masks, cache):
         """transformers' `DiffusionGemmaDecoderModel.forward` after the input embeddings (rotary, layers, norm)."""
