@@ -5,7 +5,9 @@
 3. Sudoku throughput vs batch size (1, 4, 16, 64) on the shipped checkpoint: our engine (continuous batching)
    vs `generate()`, row utilization, and whether every sample's tokens equal those at batch 1;
 4. the engine's own costs: extra logits memory in U (ours vs `generate()`), host syncs per step and loop
-   overhead at B = 1, 8, 32 (bench.engine).
+   overhead at B = 1, 8, 32 (bench.engine);
+5. the AR engine vs `generate()` / assisted generation on the Sudoku AR models, and tokens/s vs concurrency
+   for AR, AR + draft and diffusion (bench.ar_engine; ratio there = ours / reference tokens/s).
 Ratios are reference wall / ours (> 1: ours is faster), medians of interleaved runs in one process.
 
     python -m bench.run_all [--quick] [--out-dir outputs/bench]
@@ -17,7 +19,7 @@ import argparse
 import time
 from typing import Any
 
-from bench import decode_loop, engine, eval_throughput, sampler_step
+from bench import ar_engine, decode_loop, engine, eval_throughput, sampler_step
 from bench.common import OUT_DIR, machine_info, print_machine, table, write_json
 
 
@@ -102,12 +104,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         decode = decode_loop.run([1], repeats=1, out_dir=a.out_dir, quiet=True)
         throughput = eval_throughput.run([1, 2], samples=2, out_dir=a.out_dir, quiet=True)
         eng = engine.run(quick=True, out_dir=a.out_dir, quiet=True)
+        arx = ar_engine.run(quick=True, out_dir=a.out_dir, quiet=True)
     else:
         sampler = sampler_step.run([1, 4], repeats=3, threads=2, out_dir=a.out_dir)
         decode = decode_loop.run([1, 4], repeats=5, threads=1, out_dir=a.out_dir)
         throughput = eval_throughput.run([1, 4, 16, 64], samples=64, threads=1, out_dir=a.out_dir)
         eng = engine.run(out_dir=a.out_dir)
-    rows = summary_rows(sampler, decode, throughput, eng)
+        arx = ar_engine.run(out_dir=a.out_dir)
+    rows = summary_rows(sampler, decode, throughput, eng) + ar_engine.summary_rows(arx)
     info = machine_info()
     payload = {
         "bench": "run_all",

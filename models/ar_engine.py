@@ -183,7 +183,7 @@ class MTPDrafter:
         positions = torch.tensor(pos, device=dev)[:, None]
         shared, masks = {}, {}
         for layer_type, i in self.store.items():
-            span = cache.slots_of(layer_type) if cache.is_sliding_type(layer_type) else max(cache.written[:b]) + 1
+            span = cache.span(layer_type, list(range(b)))
             shared[layer_type] = (cache.keys[i][:b, :, :span], cache.values[i][:b, :, :span])
             kp = cache.key_positions(layer_type, list(range(b)), span)[:, None, None, :]
             qp = positions[:, None, :, None]
@@ -383,8 +383,12 @@ class AREngine:
     def _extend(self, s: _Seq, toks: list[int]) -> bool:
         """Append new tokens; True when the sequence ended (EOS, stop string or length)."""
         s.tokens.extend(toks)
+        if len(s.tokens) >= s.req.max_new_tokens or not self.eos_ids.isdisjoint(toks):
+            return True
+        if not s.req.stop_strings:  # no stop strings: EOS and length decide (no detokenizing every step)
+            return False
         _, _, reason = cut_at_stop(self.tokenizer, s.tokens, self.eos_ids, s.req.stop_strings)
-        return reason != "length" or len(s.tokens) >= s.req.max_new_tokens
+        return reason != "length"
 
     def _finish(self, s: _Seq, now: float) -> GenerationResult:
         req, res = s.req, s.result

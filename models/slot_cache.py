@@ -63,6 +63,11 @@ class SlotCache:
     def slots_of(self, layer_type: str) -> int:
         return self.ring if self.is_sliding_type(layer_type) else self.capacity
 
+    def span(self, layer_type: str, rows: list[int]) -> int:
+        """Slots to attend over for `rows`: up to the longest row (a ring never beyond its size; slots past the
+        highest position written are empty while a row is shorter than the ring)."""
+        return min(self.slots_of(layer_type), max(self.written[r] for r in rows) + 1)
+
     def key_positions(self, layer_type: str, rows: list[int], span: int) -> torch.Tensor:
         """(len(rows), span) the position each of the first `span` slots holds (-1: empty), from `written` alone."""
         hi = torch.tensor([self.written[r] for r in rows], dtype=torch.long, device=self.device)[:, None]
@@ -96,7 +101,7 @@ class SlotCache:
         for t in set(self.layer_types):
             size = self.slots_of(t)
             self._slots[t] = torch.remainder(pos, size) if self.is_sliding_type(t) else pos
-            self._span[t] = size if self.is_sliding_type(t) else max(self.written[r] for r in rows_list) + 1
+            self._span[t] = self.span(t, rows_list)
 
     def masks(self, query_positions: torch.Tensor, dtype: torch.dtype, visible_until=None) -> dict[str, torch.Tensor]:
         """Additive attention masks (b, 1, q, span) per layer type for the current forward's rows.

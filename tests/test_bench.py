@@ -243,7 +243,14 @@ def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_
     monkeypatch.setattr(eval_throughput, "SHIPPED", medium_diffusion_dir)
     payload = run_all.main(["--quick", "--out-dir", str(tmp_path)])
     benches = {r["bench"] for r in payload["rows"]}
-    assert benches == {"sampler_step", "decode_loop", "sudoku_throughput", "engine_memory", "engine_overhead"}
+    assert benches == {
+        "sampler_step",
+        "decode_loop",
+        "sudoku_throughput",
+        "engine_memory",
+        "engine_overhead",
+        "ar_engine",
+    }
     assert all(r["ratio"] > 0 for r in payload["rows"] if r["bench"] != "engine_overhead")  # that one has no reference
     assert "ratio = reference wall / ours" in capsys.readouterr().out
     assert {p.name for p in tmp_path.iterdir()} >= {
@@ -252,4 +259,5 @@ def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_
         "decode_loop.json",
         "eval_throughput.json",
         "engine.json",
+        "ar_engine.json",
     }
