@@ -149,13 +149,14 @@ def test_gated_hub_sources_are_declared_by_the_evals():
 
 
 def test_batch_size_auto_plans_ar_models_too():
-    """`batch_size=auto` works for every preset's models: AR from the memory estimate, AR + draft is 1."""
+    """`batch_size=auto` works for every preset's models: AR and AR + draft (batched now) from the memory estimate,
+    at most the number of items (3)."""
     from hydra.utils import instantiate
 
     from harness.evaluate import checked_items
     from harness.run import plan_batch_size
 
-    for model, check in (("tiny_ar", lambda b: b == 3), ("tiny_ar_draft", lambda b: b == 1)):
+    for model, check in (("tiny_ar", lambda b: b == 3), ("tiny_ar_draft", lambda b: b == 3)):
         cfg = _compose(f"model={model}", "batch_size=auto")
         ev = instantiate(cfg.eval)
         assert check(plan_batch_size(cfg, ev, instantiate(cfg.sampler), checked_items(ev))), model
