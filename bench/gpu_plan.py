@@ -1,0 +1,784 @@
+"""GPU cost model of a DiffusionGemma 26B-A4B decode step: `python -m bench.gpu_plan` (`make gpu-plan`).
+
+Predicts, per denoising step and per part (attention, MoE experts, shared dense MLP, LM head,
+self-conditioning, sampler, cache maintenance, re-encoding of committed canvases, other, host dispatch),
+the FLOPs, bytes and time on an H100 / H200 / A100 at B = 1, 8, 32, 64 and 1k / 8k / 32k contexts, for:
+
+- `current`  the engine as the code runs today (`models.diffusion_gemma.DiffusionGemmaAdapter.denoise`,
+             `commit`, `harness.decode`'s sampler step with the fused kernel): eager, every op dispatched;
+- `planned`  weights read once per step, one CUDA-graph launch, only new K/V written, attention reading
+             each row's real context at its real K/V heads, commits folded into the step's forward;
+- `per_row`  what-if: the LM head and self-conditioning per row and per 64 MiB block (the engine before
+             `models.logits_blocks`: 2 x B x 4 embedding reads per step);
+- `fused`    what-if: `planned` with the elementwise ops fused into the matmul / attention kernels;
+- `generate` transformers' `generate()` (its own traced step and sampling);
+- `floor`    the roofline floor: weights and K/V read once, FLOPs at the achievable peak, one launch;
+
+plus an AR token step of the same weights, Gemma 4 AR through `generate()` and AR+MTP, with tokens/s at
+the report's tokens per forward next to its batch-1 figures (H100 FP8; ours are bf16).
+
+The op shapes and counts come from the code that runs: one real forward of a narrow twin of the config
+(the released layer pattern, 128 experts top-8, head counts, head dims, canvas and 262,144-token vocabulary;
+hidden 72, FFNs 88 / 40, sliding window 24, 37 cached tokens) through the real adapter, under
+`torch.utils.flop_counter.FlopCounterMode` and a `TorchDispatchMode` that records every aten op, the module
+it ran in and its tensor shapes (`bench.cost_model` rescales them to the real widths and contexts). So if
+`denoise` changes how it runs the LM head, the prediction changes with it. The numbers are arithmetic
+(roofline), not measurements: `bench.gpu_check` measures the same parts on a GPU.
+
+    python -m bench.gpu_plan                                  # H100 and H200, all batches and contexts
+    python -m bench.gpu_plan --gpu h200 --batch 1 32 --context 8k
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections import Counter
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils.flop_counter import FlopCounterMode
+
+from bench.common import OUT_DIR, write_json
+from bench.cost_model import AR, DIFFUSION, GPU, GPUS, PARTS, REPORT, Knobs, Model, gpu_spec
+
+# The twin: every dimension that sets op counts or per-op shapes at real scale is the released one (layers and
+# their 5:1 pattern, experts and top-k, heads, K/V heads, head dims, vocabulary, canvas); the widths that only
+# scale matmuls are small and distinct from every other dimension (so a traced dimension names its width).
+TWIN = dict(hidden=72, intermediate=88, moe=40, sliding_window=24, context=37)
+# transformers' own loops (generate()) have no vocabulary-dependent blocking: their twins use a small
+# vocabulary (rescaled like a width), which keeps the CPU's softmax / sampling over the logits short
+HF_VOCAB = 3000
+BATCHES = (1, 8, 32, 64)
+CONTEXTS = (1024, 8192, 32768)
+NO_KERNEL = {
+    "aten._unsafe_view.default",
+    "aten.empty.memory_format",
+    "aten.empty_strided.default",
+    "aten.lift_fresh.default",
+}
+NEVER_STOP = 1e-30
+
+
+# ---------------------------------------------------------------------------------------------- twin models
+
+
+def twin_text(vocab: int | None = None) -> dict[str, Any]:
+    from bench.gpu_check import FULL_TEXT
+
+    return dict(
+        FULL_TEXT,
+        vocab_size=vocab or FULL_TEXT["vocab_size"],
+        hidden_size=TWIN["hidden"],
+        intermediate_size=TWIN["intermediate"],
+        moe_intermediate_size=TWIN["moe"],
+        sliding_window=TWIN["sliding_window"],
+    )
+
+
+def build_twin(dtype: torch.dtype = torch.bfloat16, vocab: int | None = None):
+    """The DiffusionGemma twin (random weights, CPU, bf16 like the GPU run) and its adapter."""
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
+
+    from bench.gpu_check import default_dtype
+    from models.diffusion_gemma import DiffusionGemmaAdapter
+    from models.tiny import TINY_VISION, char_tokenizer
+
+    text = twin_text(vocab)
+    v = text["vocab_size"]
+    cfg = DiffusionGemmaConfig(
+        text_config=text,
+        vision_config=TINY_VISION,
+        canvas_length=256,
+        boi_token_id=255_999 if vocab is None else v - 3,
+        eoi_token_id=258_882 if vocab is None else v - 2,
+        image_token_id=258_880 if vocab is None else v - 1,
+    )
+    torch.manual_seed(0)
+    with torch.device("cpu"), default_dtype(dtype):
+        model = DiffusionGemmaForBlockDiffusion(cfg).eval()
+    return DiffusionGemmaAdapter.from_model(model, char_tokenizer(), name="gpu-plan-twin", eos_token_ids=[1])
+
+
+def build_gemma4_twin(dtype: torch.dtype = torch.bfloat16, vocab: int | None = HF_VOCAB):
+    """Gemma 4 26B-A4B's causal LM at the same twin widths (the AR baseline's model class)."""
+    from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+    from bench.gpu_check import default_dtype
+
+    text = twin_text(vocab)
+    cfg = Gemma4TextConfig(
+        **text,
+        enable_moe_block=True,
+        attention_k_eq_v=True,
+        hidden_size_per_layer_input=0,
+        vocab_size_per_layer_input=text["vocab_size"],
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    with torch.device("cpu"), default_dtype(dtype):
+        return Gemma4ForCausalLM(cfg).eval()
+
+
+# ---------------------------------------------------------------------------------------------- recording
+
+
+class _Modules:
+    """The module each op runs in (full dotted names from the root), the phase of a forward (`pre` before the
+    first layer, `body`, `head` after the final norm, `post` after the root's forward) and a segment counter
+    (calls of `segment_module`)."""
+
+    def __init__(self, root: torch.nn.Module, segment_module: torch.nn.Module | None = None):
+        self.names = {id(m): (n or "root") for n, m in reversed(list(root.named_modules(remove_duplicate=False)))}
+        self.root, self.segment_module = root, segment_module
+        self.stack: list[str] = []
+        self.phase, self.segment = "pre", 0
+
+    def _pre(self, mod, _inp):
+        name = self.names.get(id(mod), type(mod).__name__)
+        self.stack.append(name)
+        if mod is self.segment_module:
+            self.segment += 1
+            self.phase = "pre"
+        if re.search(r"layers\.\d+$", name):
+            self.phase = "body"
+
+    def _post(self, mod, _inp, _out):
+        name = self.stack.pop() if self.stack else ""
+        if name.endswith(".norm") and "layers." not in name and self.phase == "body":
+            self.phase = "head"
+        if mod is self.root:
+            self.phase = "post"
+
+    def __enter__(self):
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self._h = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        # generate() may call `self.forward` directly (no module hooks): mark its return too
+        self._forward = self.root.__dict__.get("forward")
+        bound = self.root.forward
+
+        def forward(*a, **k):
+            out = bound(*a, **k)
+            self.phase = "post"
+            return out
+
+        self.root.forward = forward
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._h:
+            h.remove()
+        if self._forward is None:
+            del self.root.forward
+        else:
+            self.root.forward = self._forward
+
+    @property
+    def path(self) -> str:
+        return self.stack[-1] if self.stack else ""
+
+
+def _kind(func) -> str:
+    name = str(func)
+    if func.is_view or name in NO_KERNEL:
+        return "view"
+    if "_grouped_mm" in name:
+        return "gmm"
+    if "scaled_dot_product" in name:
+        return "sdpa"
+    if re.match(r"aten\.(mm|addmm|bmm|baddbmm)\.", name):
+        return "mm"
+    return "elt"
+
+
+class _Recorder(TorchDispatchMode):
+    """Records every aten op that reaches the dispatcher: name, kind, module, phase, tensor shapes and roles
+    (weight / tied embedding / expert weight / activation, from the parameters' storages)."""
+
+    def __init__(self, modules: _Modules, params: dict[int, tuple[str, str]], compute: bool = False):
+        super().__init__()
+        self.modules, self.params, self.compute = modules, params, compute
+        self.ops: list[dict] = []
+
+    def _tensor(self, t: torch.Tensor):
+        try:
+            name, role = self.params.get(t.untyped_storage().data_ptr(), (None, "a"))
+        except (RuntimeError, NotImplementedError):
+            name, role = None, "a"
+        # a broadcast (stride-0) axis is read once: record it as 1 (an expanded K/V reads its real heads)
+        shape = tuple(1 if st == 0 and d > 1 else d for d, st in zip(t.shape, t.stride()))
+        return (shape, t.element_size(), role, name)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        kind = _kind(func)
+        out = (
+            func(*args, **kwargs)
+            if self.compute or kind not in ("mm", "gmm", "sdpa")
+            else _shape_only(func, args, kwargs)
+        )
+        name = str(func)
+        inputs = list(args)
+        if name.startswith("aten.copy_"):
+            inputs = inputs[1:]  # the destination is written, not read
+        leaves = tree_leaves((inputs, {k: v for k, v in kwargs.items() if k != "out"}))
+        ins = [self._tensor(t) for t in leaves if isinstance(t, torch.Tensor)]
+        outs = [(tuple(t.shape), t.element_size()) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        self.ops.append(
+            {
+                "op": name,
+                "kind": kind,
+                "path": self.modules.path,
+                "phase": self.modules.phase,
+                "segment": self.modules.segment,
+                "ins": ins,
+                "outs": outs,
+            }
+        )
+        return out
+
+
+def _shape_only(func, args, kwargs):
+    """A matmul / grouped matmul / attention kernel's outputs without its arithmetic: the op runs on meta
+    tensors for its output shapes, strides and dtypes, and zeros of those stand in (`out=` buffers are returned as
+    they are). The op sequence of the code is unchanged: no branch of it depends on these values (routing
+    ties pick valid experts; the grouped-MM path's ops do not depend on the routing)."""
+    dev = next(t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+    margs, mkw = tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, (args, kwargs))
+    res = func(*margs, **mkw)
+    if "out" in kwargs:
+        return kwargs["out"]
+
+    def real(t):  # the meta kernel's strides too: the code after the op may branch on contiguity
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=dev).zero_()
+
+    return tree_map(lambda t: real(t) if isinstance(t, torch.Tensor) else t, res)
+
+
+def _param_roles(model: torch.nn.Module) -> tuple[dict[int, tuple[str, str]], int]:
+    """storage pointer -> (name, role): "e" the tied embedding / LM head, "x" expert weights, "w" the rest."""
+    head = model.get_output_embeddings().weight.untyped_storage().data_ptr()
+    roles: dict[int, tuple[str, str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        ptr = p.untyped_storage().data_ptr()
+        if ptr in roles:
+            continue
+        roles[ptr] = ("embed", "e") if ptr == head else (n, "x" if ".experts." in n else "w")
+    return roles, head
+
+
+def _part(path: str, phase: str, pre: str) -> str:
+    if "self_attn" in path or "rotary_emb" in path:
+        return "attention"
+    if ".router" in path or ".experts" in path:
+        return "moe"
+    if re.search(r"\.mlp(\.|$)", path):
+        return "mlp"
+    if "self_conditioning" in path:
+        return "selfcond"
+    if "lm_head" in path:
+        return "lm_head"
+    if ".layers." in path or path.endswith("norm") or "embed" in path:
+        return "other"
+    return {"pre": pre, "body": "other", "head": "lm_head", "post": "sampler"}[phase]
+
+
+def compact(
+    ops: list[dict],
+    layer_types: list[str],
+    ctx_dims: set[int],
+    top_k: int,
+    rows: int,
+    pre: str = "selfcond",
+    mode: str = "model",
+) -> list[dict]:
+    """Raw ops -> records with a part, a layer type, a K/V-copy flag and a count (identical ops merged).
+
+    K/V copies: kernels outside matmuls / attention reading a tensor whose slot axis (-2) is a cached length
+    (`torch.cat` of the cache with new K/V, repeat_kv, kv_rows' index / index_copy / pad). `mode`: "model"
+    (parts by module), "commit" (everything in the encoder is `encode`, the rest `cache`), "sampler"."""
+    merged: Counter = Counter()
+    for op in ops:
+        m = re.search(r"layers\.(\d+)", op["path"])
+        lt = layer_types[int(m.group(1))] if m else None
+        part = _part(op["path"], op["phase"], pre)
+        kvcopy = op["kind"] == "elt" and part != "moe" and any(len(s) >= 4 and s[-2] in ctx_dims for s, *_ in op["ins"])
+        if mode == "sampler":
+            part = "sampler"
+        elif kvcopy and (mode == "commit" or "self_attn" not in op["path"] or op["op"].startswith("aten.cat")):
+            part = "cache"  # cache maintenance: torch.cat of the cache with new K/V, kv_rows' copies
+        elif kvcopy:
+            pass  # K/V copies inside attention (repeat_kv): attention's, counted as K/V copy bytes
+        elif mode == "commit":
+            part = "encode" if op["path"] else "cache"
+        tokens = op["ins"][0][0][0] / top_k / rows if op["kind"] == "gmm" else 0.0
+        key = (
+            op["op"],
+            part,
+            lt,
+            op["kind"],
+            kvcopy,
+            tokens,
+            tuple(op["ins"]),
+            tuple(op["outs"]),
+        )
+        merged[key] += 1
+    return [
+        {
+            "op": k[0],
+            "part": k[1],
+            "lt": k[2],
+            "kind": k[3],
+            "kvcopy": k[4],
+            "tokens_per_row": k[5],
+            "ins": [list(x) for x in k[6]],
+            "outs": [list(x) for x in k[7]],
+            "count": n,
+        }
+        for k, n in merged.items()
+    ]
+
+
+class Tracer:
+    """Runs callables under FlopCounterMode + the op recorder and keeps the compacted records."""
+
+    def __init__(
+        self, root: torch.nn.Module, layer_types: list[str], ctx_dims: set[int], top_k: int, compute: bool = False
+    ):
+        self.root, self.layer_types, self.ctx_dims, self.top_k = root, layer_types, ctx_dims, top_k
+        self.compute = compute
+        self.params, _ = _param_roles(root)
+
+    @torch.no_grad()
+    def run(self, fn, rows: int, segment_module=None, segment: int | None = None, **compact_kw) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        mods = _Modules(self.root, segment_module)
+        flop_counter = FlopCounterMode(display=False)
+        rec = _Recorder(mods, self.params, self.compute)
+        with mods, rec, flop_counter:  # the counter sees each op first, then hands it down to the recorder
+            fn()
+        ops = rec.ops if segment is None else [o for o in rec.ops if o["segment"] >= segment]
+        twin_mm = 0
+        for o in rec.ops:
+            if o["kind"] == "mm":
+                mats = [s for s, *_ in o["ins"] if len(s) >= 2]
+                a, b = mats[-2], mats[-1]
+                twin_mm += 2 * _numel(a) * b[-1]
+        records = compact(ops, self.layer_types, self.ctx_dims, self.top_k, rows, **compact_kw)
+        pre = compact_kw.get("pre", "selfcond")
+        embed = [
+            [_part(o["path"], o["phase"], pre), _numel(o["outs"][0][0]) // o["outs"][0][0][-1]]
+            for o in ops
+            if o["kind"] == "mm" and any(r == "e" for *_, r, _ in o["ins"])
+        ]
+        return {
+            "rows": rows,
+            "records": records,
+            "stats": {
+                "aten_ops": len(ops),
+                "kernels": sum(o["kind"] != "view" for o in ops),
+                "embed_matmuls": len(embed),
+                "embed_matmul_rows": embed,  # [part, rows covered] of each matmul with the tied embedding
+                "flop_counter_total": flop_counter.get_total_flops(),  # all ops of the call (mm/bmm/addmm counted)
+                "twin_mm_flops": twin_mm,  # the same matmuls by our formula (cross-check)
+                "seconds": time.perf_counter() - t0,
+            },
+        }
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+# ---------------------------------------------------------------------------------------------- the profile
+
+
+def _prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (n, length), generator=g).tolist()
+
+
+def trace_denoise(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
+    """One `adapter.denoise` with self-conditioning on every row (a steady-state step), bf16 logits buffers as
+    the engine's fused path on a GPU (raw logits + the kernel's processed copy)."""
+    v, c = adapter.vocab_size, adapter.canvas_length
+    state = adapter.prefill(_prompts(b, TWIN["context"], v, seed=b))
+    canvas = torch.randint(0, v, (b, c), generator=torch.Generator().manual_seed(b))
+    masks = adapter.canvas_masks(state, c)
+    raw = torch.empty(b, c, v, dtype=adapter.dtype)
+    sc = torch.zeros(b, c, v, dtype=adapter.dtype)
+    return tracer.run(lambda: adapter.denoise(state, canvas, masks, sc, [True] * b, out=raw), rows=b)
+
+
+def trace_sampler(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
+    """`harness.decode.sampler_step` with the default sampler around the fused kernel: the kernel itself is
+    modelled (one read of the raw logits, one write of the processed ones), its glue ops are traced."""
+    from harness.decode import sampler_step
+    from samplers.config import EntropyBoundConfig
+    from samplers.draw import StepDraw
+
+    v, c = adapter.vocab_size, adapter.canvas_length
+    cfg = EntropyBoundConfig()
+    draw = StepDraw(
+        torch.zeros(b, c, dtype=torch.long),
+        torch.zeros(b, c, dtype=torch.long),
+        torch.zeros(b, c),
+        torch.ones(b, c),
+    )
+    x = torch.empty(b, c, 1, dtype=adapter.dtype)  # never read by the glue (the kernel reads the logits)
+    keys = torch.tensor([list(range(b)), [0] * b, [3] * b], dtype=torch.long)
+    temperature = cfg.temperatures(keys[2])
+    canvas = torch.zeros(b, c, dtype=torch.long)
+    history = torch.full((cfg.stability_steps, b, c), -1, dtype=torch.long)
+    return tracer.run(
+        lambda: sampler_step(cfg, lambda *a: draw, x, temperature, adapter.softcap, keys, canvas, history, v),
+        rows=b,
+        mode="sampler",
+    )
+
+
+def trace_commit(adapter, tracer: Tracer, b: int, k: int | None) -> dict[str, Any]:
+    """`adapter.commit` of k of b rows (None: all rows, the one-call path), then the masks the engine rebuilds."""
+    v, c = adapter.vocab_size, adapter.canvas_length
+    state = adapter.prefill(_prompts(b, TWIN["context"], v, seed=10 + b))
+    n = b if k is None else k
+    canvas = torch.randint(0, v, (n, c), generator=torch.Generator().manual_seed(n))
+    rows = None if k is None else list(range(k))
+
+    def fn():
+        new = adapter.commit(state, canvas, rows)
+        adapter.canvas_masks(new, c)
+
+    return tracer.run(fn, rows=n, mode="commit")
+
+
+def trace_ar_same(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
+    """One AR token of the same weights: `bench.gpu_check.ar_token_forward` (causal encoder + LM head)."""
+    from bench.gpu_check import ar_token_forward
+
+    v = adapter.vocab_size
+    state = adapter.prefill(_prompts(b, TWIN["context"], v, seed=20 + b))
+    token = torch.randint(3, v, (b, 1), generator=torch.Generator().manual_seed(b))
+    return tracer.run(lambda: ar_token_forward(adapter, state, token), rows=b, pre="other")
+
+
+def trace_generate(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
+    """transformers' `generate()` with 2 denoising steps: the second decoder call (self-conditioned) and the
+    sampling after it, cut out by counting decoder calls."""
+    model, v, c = adapter.model, adapter.vocab_size, adapter.canvas_length
+    ids = torch.tensor(_prompts(b, TWIN["context"], v, seed=30 + b))
+
+    def fn():
+        model.generate(
+            ids,
+            max_new_tokens=c,
+            max_denoising_steps=2,
+            confidence_threshold=NEVER_STOP,
+            pad_token_id=adapter.pad_id,
+            eos_token_id=v,
+        )
+
+    return tracer.run(fn, rows=b, segment_module=model.model.decoder, segment=2)
+
+
+def trace_gemma4(model, tracer: Tracer, b: int) -> dict[str, Any]:
+    """Gemma 4 greedy `generate()`: the third forward (the cache holds the twin's 37 tokens), cut out by counting
+    the model's calls."""
+    v = model.config.vocab_size
+    ids = torch.tensor(_prompts(b, TWIN["context"] - 1, v, seed=40 + b))
+
+    def fn():
+        model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=3,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=v,
+        )
+
+    return tracer.run(fn, rows=b, segment_module=model, segment=3, pre="other")
+
+
+def build_twins() -> dict[str, Any]:
+    """The three twins: DiffusionGemma at the real vocabulary (its denoise blocks by it), the same at a small
+    vocabulary (commits, AR steps, generate()), and Gemma 4's causal LM (small vocabulary)."""
+    return {"adapter": build_twin(), "small": build_twin(vocab=HF_VOCAB), "gemma4": build_gemma4_twin()}
+
+
+def build_profile(verbose: bool = False, compute: bool = False, twins: dict | None = None) -> dict[str, Any]:
+    """Trace every step kind once on the twins (about 15 s on 2 idle CPU cores, most of it building them).
+    `compute`: run the matmul and attention kernels too (same records, slower; by default their outputs are
+    zeros of the right shape). `twins`: from `build_twins()`, to reuse them."""
+    t0 = time.perf_counter()
+    threads = torch.get_num_threads()
+    twins = twins or build_twins()
+    adapter = twins["adapter"]
+    text = adapter.config.text_config
+    layer_types = ["sliding" if t == "sliding_attention" else "full" for t in text.layer_types]
+    twin = {
+        "hidden": TWIN["hidden"],
+        "intermediate": TWIN["intermediate"],
+        "moe": TWIN["moe"],
+        "canvas": adapter.canvas_length,
+        "context": TWIN["context"],
+        "held_sliding": min(TWIN["context"], TWIN["sliding_window"] - 1),
+        "vocab": adapter.vocab_size,
+    }
+    from bench.gpu_check import FULL_TEXT
+
+    real = dict(FULL_TEXT, layer_types=layer_types, canvas_length=adapter.canvas_length)
+    from bench.cost_model import Shapes
+
+    shapes = Shapes(twin, real)
+    tracer = Tracer(adapter.model, layer_types, shapes.ctx_dims(), text.top_k_experts, compute)
+    traces: dict[str, dict[str, Any]] = {}
+
+    def note(name):
+        if verbose:
+            print(f"  traced {name} ({time.perf_counter() - t0:.1f} s)", flush=True)
+
+    # the denoise step at the real vocabulary: how it blocks the LM head / self-conditioning depends on it
+    traces["denoise"] = {str(b): trace_denoise(adapter, tracer, b) for b in (1, 3)}
+    traces["sampler"] = {str(b): trace_sampler(adapter, tracer, b) for b in (1, 3)}
+    note("denoise")
+    # the rest at a small vocabulary (rescaled): commits, AR steps and generate() do not block by it
+    small = twins["small"]
+    stracer = Tracer(small.model, layer_types, shapes.ctx_dims(), text.top_k_experts, compute)
+    small_v = {"vocab": HF_VOCAB}
+    traces["commit_full"] = {str(b): trace_commit(small, stracer, b, None) | small_v for b in (1, 3)}
+    traces["commit_part"] = {
+        f"{b},{k}": trace_commit(small, stracer, b, k) | small_v for b, k in ((3, 1), (3, 2), (2, 1))
+    }
+    traces["ar_same"] = {str(b): trace_ar_same(small, stracer, b) | small_v for b in (1, 3)}
+    note("commits, AR")
+    traces["generate"] = {str(b): trace_generate(small, stracer, b) | small_v for b in (1, 3)}
+    note("generate")
+    gemma = twins["gemma4"]
+    gtracer = Tracer(gemma, layer_types, shapes.ctx_dims(), text.top_k_experts, compute)
+    traces["gemma4"] = {str(b): trace_gemma4(gemma, gtracer, b) | small_v for b in (1, 3)}
+    note("gemma4")
+    # real parameter count of the text model (the twin's parameters at the real widths)
+    wmap = shapes.width_map()
+    seen, real_params = set(), 0
+    for n, p in adapter.model.named_parameters():
+        if "vision" in n or p.untyped_storage().data_ptr() in seen:
+            continue
+        seen.add(p.untyped_storage().data_ptr())
+        real_params += _numel([wmap.get(d, d) for d in p.shape])
+    return {
+        "version": 1,
+        "twin": twin,
+        "real": real,
+        "embed_bytes": float(real["vocab_size"] * real["hidden_size"] * 2),
+        "traces": traces,
+        "meta": {
+            "real_parameters": real_params,
+            "experts_implementation": getattr(text, "_experts_implementation", None),
+            "attn_implementation": adapter.config._attn_implementation,
+            "dtype": str(adapter.dtype),
+            "torch": torch.__version__,
+            "threads": threads,
+            "kernels_computed": compute,
+            "seconds": time.perf_counter() - t0,
+        },
+    }
+
+
+_PROFILE: dict[str, Any] | None = None
+
+
+def profile() -> dict[str, Any]:
+    """The profile of the code as it is now, built once per process."""
+    global _PROFILE
+    if _PROFILE is None:
+        _PROFILE = build_profile()
+    return _PROFILE
+
+
+def predict(
+    gpu: str | GPU, batch: int, context: int, variant: str, profile_: dict | None = None, **knobs
+) -> dict[str, Any]:
+    """Predicted step of `variant` (current / planned / generate / floor / ar_same / ar_gemma4 / ar_mtp /
+    ar_floor) at `batch` rows and `context` cached tokens per row on `gpu` ("h100", "h200", "a100" or a
+    `bench.cost_model.GPU`): {"parts": {part: {"flops", "bytes", "ms", ...}}, "dispatch_ms", "total_ms",
+    "tokens_per_s", ...}. For `bench.gpu_check` to print measured vs predicted per part."""
+    gpu_knobs = {k: knobs.pop(k) for k in list(knobs) if k in GPU.__dataclass_fields__}
+    model = Model(profile_ or profile(), Knobs(**knobs))
+    return model.predict(gpu_spec(gpu, **gpu_knobs), batch, context, variant)
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+PART_COLS = {
+    "attention": "attn",
+    "moe": "moe",
+    "mlp": "mlp",
+    "lm_head": "head",
+    "selfcond": "selfc",
+    "sampler": "sampl",
+    "cache": "cache",
+    "encode": "encode",
+    "other": "other",
+}
+
+
+def _ctx_label(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
+def _parse_context(s: str) -> int:
+    s = s.strip().lower()
+    return int(float(s[:-1]) * 1024) if s.endswith("k") else int(s)
+
+
+def evaluate(model: Model, gpus: list[GPU], batches, contexts) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for g in gpus:
+        rows = []
+        for b in batches:
+            for ctx in contexts:
+                preds = {v: model.predict(g, b, ctx, v) for v in DIFFUSION + AR}
+                floor = preds["floor"]["total_ms"]
+                for v in DIFFUSION:
+                    preds[v]["x_floor"] = preds[v]["total_ms"] / floor
+                ar_floor = preds["ar_floor"]["total_ms"]
+                for v in AR:
+                    preds[v]["x_floor"] = preds[v]["total_ms"] / ar_floor
+                rows.append({"batch": b, "context": ctx, "variants": preds})
+        out[g.key] = {"gpu": g.describe(), "rows": rows}
+    return out
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.0f}" if x >= 1000 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def print_report(results: dict[str, Any], prof: dict[str, Any], knobs: Knobs) -> None:
+    d1 = prof["traces"]["denoise"]["1"]["stats"]
+    d3 = prof["traces"]["denoise"]["3"]["stats"]
+    print(
+        "GPU plan: roofline arithmetic from traced op shapes, NOT measurements "
+        "(bf16; the report's speeds are H100 FP8)."
+    )
+
+    def rows(st):
+        return ", ".join(f"{part} {n}" for part, n in st["embed_matmul_rows"])
+
+    meta = prof["meta"]
+    print(
+        f"traced on the CPU twin ({meta['seconds']:.0f} s): one denoise = {d1['aten_ops']} aten ops at B=1 "
+        f"({d1['kernels']} kernels), {d3['aten_ops']} at B=3; embedding-weight matmuls (rows each): B=1 "
+        f"[{rows(d1)}], B=3 [{rows(d3)}]; real model {meta['real_parameters'] / 1e9:.2f} B parameters; "
+        f"experts {meta['experts_implementation']}, attention {meta['attn_implementation']}."
+    )
+    routing = (
+        "uniform routing"
+        if knobs.experts_per_canvas is None
+        else f"{knobs.experts_per_canvas:g} experts per canvas (calibrated)"
+    )
+    print(f"TPF {knobs.tpf} (steps per canvas {256 / knobs.tpf:.1f}), {routing}.")
+    cols = list(PART_COLS.values())
+    for res in results.values():
+        g = res["gpu"]
+        print(
+            f"\n== {g['name']}: {g['peak_flops'] / 1e12:.0f} TFLOP/s x {g['flops_frac']:.0%}, "
+            f"{g['hbm_bw'] / 1e12:.2f} TB/s x {g['bw_frac']:.0%}; eager {g['eager_launch_us']:g} us/kernel "
+            f"+ {g['view_us']:g} us/view op, CUDA graph {g['graph_launch_us']:g} us/step"
+        )
+        print("per denoising step, ms (parts: roofline per part; disp = host dispatch; x fl = total / floor)")
+        head = f"{'B':>3} {'ctx':>4} {'variant':<9}" + "".join(f"{c:>7}" for c in cols)
+        head += f"{'disp':>7}{'total':>8}{'x fl':>6}{'tok/s':>8}"
+        print(head)
+        for row in res["rows"]:
+            for v in DIFFUSION:
+                p = row["variants"][v]
+                cells = "".join(
+                    f"{_fmt(p['parts'][part]['ms']) if part in p['parts'] else '-':>7}" for part in PART_COLS
+                )
+                print(
+                    f"{row['batch']:>3} {_ctx_label(row['context']):>4} {v:<9}{cells}{_fmt(p['dispatch_ms']):>7}"
+                    f"{_fmt(p['total_ms']):>8}{p['x_floor']:>6.2f}{p['tokens_per_s']:>8.0f}"
+                )
+        print(f"\nAR steps, ms per token step and tok/s (AR TPF {knobs.ar_tpf}, AR+MTP TPF {knobs.mtp_tpf})")
+        print(f"{'B':>3} {'ctx':>4}" + "".join(f"{v:>20}" for v in AR))
+        for row in res["rows"]:
+            cells = ""
+            for v in AR:
+                pv = row["variants"][v]
+                cells += f"{_fmt(pv['total_ms']) + ' / ' + format(pv['tokens_per_s'], '.0f'):>20}"
+            print(f"{row['batch']:>3} {_ctx_label(row['context']):>4}{cells}")
+        b1 = [r for r in res["rows"] if r["batch"] == 1]
+        if b1:
+            print("batch 1 vs the report (H100 FP8: DiffusionGemma 1,479, AR 204, AR+MTP 303 tok/s; ours bf16):")
+            for r in b1:
+                v = r["variants"]
+                print(
+                    f"  ctx {_ctx_label(r['context']):>4}: diffusion current {v['current']['tokens_per_s']:.0f} / "
+                    f"planned {v['planned']['tokens_per_s']:.0f} / floor {v['floor']['tokens_per_s']:.0f} "
+                    f"(report {REPORT['diffusion']['tok_s']:.0f}); AR same weights {v['ar_same']['tokens_per_s']:.0f}, "
+                    f"Gemma 4 AR {v['ar_gemma4']['tokens_per_s']:.0f} / floor {v['ar_floor']['tokens_per_s']:.0f} "
+                    f"(report {REPORT['ar']['tok_s']:.0f}); AR+MTP {v['ar_mtp']['tokens_per_s']:.0f} "
+                    f"(report {REPORT['ar_mtp']['tok_s']:.0f})"
+                )
+        goal = [r for r in res["rows"] if r["context"] == 8192 and r["batch"] in (1, 32)]
+        for r in goal:
+            x, f = r["variants"]["planned"]["x_floor"], r["variants"]["fused"]["x_floor"]
+            print(
+                f"goal (planned within 15% of the floor) at B={r['batch']}, 8k: planned {x:.2f}x -> "
+                f"{'meets' if x <= 1.15 else 'misses'}; with elementwise ops fused {f:.2f}x -> "
+                f"{'meets' if f <= 1.15 else 'misses'}"
+            )
+    print("\nRoofline numbers are arithmetic, not measurements; `make gpu-check` measures on a GPU.")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpu", nargs="+", default=["h100", "h200"], help=f"{sorted(GPUS)} or all")
+    p.add_argument("--batch", type=int, nargs="+", default=list(BATCHES))
+    p.add_argument("--context", nargs="+", default=[str(c) for c in CONTEXTS], help="tokens per row (8k = 8192)")
+    p.add_argument("--json", default=str(OUT_DIR / "gpu_plan.json"), help="output JSON path")
+    p.add_argument("--tpf", type=float, default=REPORT["diffusion"]["tpf"])
+    p.add_argument("--experts-per-canvas", type=float, default=None, help="calibrate routing (report: ~84)")
+    p.add_argument("--spread", type=float, default=0.0, help="rows' contexts uniform in [ctx (1-spread), ctx]")
+    p.add_argument("--launch-us", type=float, default=None, help="eager host cost per kernel (default 5)")
+    p.add_argument("--graph-node-us", type=float, default=None, help="device gap per kernel in a graph (default 0)")
+    p.add_argument("--compute", action="store_true", help="trace with the matmul/attention arithmetic done too")
+    a = p.parse_args(argv)
+    names = sorted(GPUS) if a.gpu == ["all"] else a.gpu
+    gpus = [gpu_spec(n, eager_launch_us=a.launch_us, graph_node_us=a.graph_node_us) for n in names]
+    contexts = [_parse_context(c) for c in a.context]
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    prof = build_profile(compute=True) if a.compute else profile()
+    knobs = Knobs(tpf=a.tpf, experts_per_canvas=a.experts_per_canvas, spread=a.spread)
+    model = Model(prof, knobs)
+    results = evaluate(model, gpus, a.batch, contexts)
+    print_report(results, prof, knobs)
+    payload = {
+        "note": "roofline arithmetic from traced op shapes of the code as it runs; not measurements",
+        "knobs": vars(knobs),
+        "profile": {
+            "meta": prof["meta"],
+            "twin": prof["twin"],
+            "stats": {t: {k: v["stats"] for k, v in d.items()} for t, d in prof["traces"].items()},
+        },
+        "parts": list(PARTS),
+        "results": results,
+    }
+    from pathlib import Path
+
+    out = Path(a.json)
+    path = write_json(out.stem, payload, out.parent)
+    print(f"wrote {path}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
