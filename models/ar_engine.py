@@ -181,18 +181,12 @@ class MTPDrafter:
         pos = [by_row[r].length - 1 if r in by_row else 0 for r in range(b)]
         last = torch.tensor([by_row[r].last() if r in by_row else 0 for r in range(b)], device=dev)[:, None]
         positions = torch.tensor(pos, device=dev)[:, None]
-        shared, masks = {}, {}
+        rows = list(range(b))
+        masks = cache.masks_for(rows, positions, t.dtype)
+        shared = {}
         for layer_type, i in self.store.items():
-            span = cache.span(layer_type, list(range(b)))
+            span = cache.span(layer_type, rows)
             shared[layer_type] = (cache.keys[i][:b, :, :span], cache.values[i][:b, :, :span])
-            kp = cache.key_positions(layer_type, list(range(b)), span)[:, None, None, :]
-            qp = positions[:, None, :, None]
-            seen = (kp >= 0) & (kp <= qp)
-            if cache.is_sliding_type(layer_type):
-                seen &= (qp - kp) < cache.window
-            masks[layer_type] = torch.zeros(seen.shape, dtype=t.dtype, device=dev).masked_fill_(
-                ~seen, torch.finfo(t.dtype).min
-            )
         drafts = []
         h = hidden
         for _ in range(k):

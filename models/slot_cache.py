@@ -108,10 +108,15 @@ class SlotCache:
 
         Causal by default (a key is visible to a query at or after its position); `visible_until` (b,) makes
         every key below it visible instead (bidirectional inside a canvas), still within the sliding window."""
+        return self.masks_for(self._row_list, query_positions, dtype, visible_until, self._span)
+
+    def masks_for(self, rows, query_positions, dtype, visible_until=None, spans=None) -> dict[str, torch.Tensor]:
+        """`masks` for reading the slots of `rows` without writing (spans: up to the longest row by default)."""
         out = {}
         qp = query_positions[:, None, :, None]
         for t in set(self.layer_types):
-            kp = self.key_positions(t, self._row_list, self._span[t])[:, None, None, :]
+            span = spans[t] if spans else self.span(t, rows)
+            kp = self.key_positions(t, rows, span)[:, None, None, :]
             if visible_until is None:
                 seen = (kp >= 0) & (kp <= qp)
             else:
