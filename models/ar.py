@@ -22,7 +22,9 @@ from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.records import GenerationRequest, GenerationResult, check_requests
 from contract.text import Prompt, default_eos_ids, encode_prompt
-from models.ar_engine import AREngine, CausalLM, ModelDrafter, MTPDrafter
+from models.ar_engine import AREngine
+from models.causal_lm import CausalLM
+from models.drafters import ModelDrafter, MTPDrafter
 from models.gemma4_mtp import ASSISTANT_MODEL_TYPES, export_shared_kv, load_assistant
 from models.lora import load_adapter
 from samplers.token_draw import TokenSampling

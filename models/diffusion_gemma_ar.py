@@ -13,7 +13,8 @@ from typing import Any
 from contract.decoding import DecoderKind
 from contract.records import GenerationRequest, GenerationResult, check_requests
 from contract.text import Prompt
-from models.ar_engine import AREngine, CausalLM
+from models.ar_engine import AREngine
+from models.causal_lm import CausalLM
 from models.diffusion_gemma import DiffusionGemmaAdapter
 from samplers.token_draw import TokenSampling
 

@@ -96,6 +96,9 @@ class SlotCache:
         pos = torch.tensor(starts, dtype=torch.long, device=self.device)[:, None] + torch.arange(n, device=self.device)
         contiguous = rows_list == list(range(len(rows_list)))
         self._rows = None if contiguous else torch.tensor(rows_list, dtype=torch.long, device=self.device)
+        self._row_index = (torch.arange(len(rows_list), device=self.device) if self._rows is None else self._rows)[
+            :, None
+        ].expand(len(rows_list), n)
         self._row_list = rows_list
         self._slots, self._span = {}, {}
         for t in set(self.layer_types):
@@ -136,11 +139,8 @@ class SlotCache:
             shape = (self.rows, key_states.shape[1], self.slots_of(t), key_states.shape[3])
             self.keys[layer_idx] = torch.zeros(shape, dtype=key_states.dtype, device=self.device)
             self.values[layer_idx] = torch.zeros(shape, dtype=value_states.dtype, device=self.device)
-        slots, span = self._slots[t], self._span[t]
+        slots, span, rows = self._slots[t], self._span[t], self._row_index
         b = key_states.shape[0]
-        rows = (torch.arange(b, device=self.device)[:, None] if self._rows is None else self._rows[:, None]).expand_as(
-            slots
-        )
         k, v = self.keys[layer_idx], self.values[layer_idx]
         k[rows, :, slots] = key_states.transpose(1, 2).to(k.dtype)
         v[rows, :, slots] = value_states.transpose(1, 2).to(v.dtype)

@@ -11,7 +11,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from contract.records import GenerationRequest
-from models.ar_engine import AREngine, CausalLM, ModelDrafter, MTPDrafter
+from models.ar_engine import AREngine
+from models.causal_lm import CausalLM
+from models.drafters import ModelDrafter, MTPDrafter
 from models.forward_counter import StepStreamer
 from models.slot_cache import SlotCache
 from samplers.token_draw import TokenSampling

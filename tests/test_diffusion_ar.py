@@ -32,7 +32,8 @@ def test_batch_does_not_change_a_sample(medium_diffusion_dir):
     alone = [dec.generate([r])[0] for r in reqs]
     assert [r.token_ids for r in together] == [r.token_ids for r in alone]
     assert [len(r.token_ids) for r in together] == [6, 9, 12]  # rows stop at their own max_new_tokens
-    # continuous batching: a finished row leaves; rows up to the highest one in flight are computed
+    # continuous batching: a finished row leaves; rows up to the highest one in flight are computed while more
+    # than half of them are busy, then only the busy ones
     assert [r.nfe for r in together] == [6, 9, 12]
-    assert sum(r.row_forwards for r in together) == 6 * 3 + 3 * 3 + 3 * 3  # rows 0-2 computed until the last ends
+    assert sum(r.row_forwards for r in together) == 6 * 3 + 3 * 3 + 3 * 1
     assert torch.is_tensor(dec.adapter.next_token_logits(dec.adapter.prefill([reqs[0].prompt_ids])))
