@@ -272,7 +272,7 @@ def draft_section(target, dr, ev, batches: list[int], n: int, repeats: int) -> d
     hf = next(r for r in rows if r["decoder"] != "ours")
     top = max(ours_rows)
     return {
-        "num_assistant_tokens": K,
+        "num_draft_tokens": K,
         "rows": rows,
         f"ours_b{top}_over_b1": ours_rows[top]["tokens_per_s"] / ours_rows[1]["tokens_per_s"],
         "ours_b1_over_assisted_b1": ours_rows[1]["tokens_per_s"] / hf["tokens_per_s"],
@@ -379,7 +379,7 @@ def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "bench": "ar_engine",
-                "setting": f"AR+draft B={r['batch']} k={d['num_assistant_tokens']}",
+                "setting": f"AR+draft B={r['batch']} k={d['num_draft_tokens']}",
                 "reference": f"{hf['tokens_per_s']:.0f}tok/s",
                 "ours": f"{r['tokens_per_s']:.0f}tok/s",
                 "ratio": r["tokens_per_s"] / hf["tokens_per_s"],
@@ -403,7 +403,7 @@ def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = Fa
     common = {"dtype": "float32", "device": "cpu", "num_threads": 1}
     target, draft_path, diffusion = (str(resolve_path(p)) for p in (TARGET, DRAFT, DIFFUSION))  # from any cwd
     dec = ARDecoder(target, **common)
-    dr = AssistedARDecoder(target, draft_path=draft_path, num_assistant_tokens=K, **common)
+    dr = AssistedARDecoder(target, draft_path=draft_path, num_draft_tokens=K, **common)
     diff = BlockDiffusionDecoder(
         DiffusionGemmaAdapter(diffusion, dtype="float32", device="cpu", eos_token_ids=[1]), EntropyBoundConfig()
     )

@@ -71,7 +71,7 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     if kind == DecoderKind.DIFFUSION:
         canvas = sampler.canvas_length or config.canvas_length
     elif kind in (DecoderKind.AR_MTP, DecoderKind.AR_DRAFT):
-        canvas = int(cfg.model.get("num_assistant_tokens", 4)) + 1
+        canvas = int(cfg.model.get("num_draft_tokens", 4)) + 1
     else:
         canvas = 1
     context = prompt + -(-ev.max_new_tokens // canvas) * canvas

@@ -155,7 +155,7 @@ class ARDecoder:
 class AssistedARDecoder(ARDecoder):
     """AR target + drafter, batched speculative decoding: "ar+mtp" (Gemma 4 MTP drafter) or "ar+draft".
 
-    Every step each row gets up to `num_assistant_tokens` drafts, the target verifies all rows' drafts in one
+    Every step each row gets up to `num_draft_tokens` drafts, the target verifies all rows' drafts in one
     forward, and each row keeps its own accepted prefix plus the target's bonus token (greedy: lossless;
     sampled: the speculative-sampling rule). NFE = target forwards (the first one also reads the prompt);
     draft forwards are recorded in `extra` and the run stats.
@@ -167,22 +167,22 @@ class AssistedARDecoder(ARDecoder):
         self,
         path: str = DEFAULT_MODEL,
         draft_path: str = DEFAULT_MODEL + "-assistant",
-        num_assistant_tokens: int = 4,
-        num_assistant_tokens_schedule: str = "constant",
+        num_draft_tokens: int = 4,
+        num_draft_tokens_schedule: str = "constant",
         assistant_confidence_threshold: float = 0.0,
         draft_dtype: str | None = None,
         draft_device: str | None = None,
         **kwargs: Any,
     ):
-        if num_assistant_tokens < 1:
-            raise ValueError(f"num_assistant_tokens must be >= 1, got {num_assistant_tokens}")
-        if num_assistant_tokens_schedule not in SCHEDULES:
+        if num_draft_tokens < 1:
+            raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens}")
+        if num_draft_tokens_schedule not in SCHEDULES:
             raise ValueError(
-                f"num_assistant_tokens_schedule must be one of {SCHEDULES}, got {num_assistant_tokens_schedule!r}"
+                f"num_draft_tokens_schedule must be one of {SCHEDULES}, got {num_draft_tokens_schedule!r}"
             )
         if assistant_confidence_threshold != 0:
             raise ValueError(
-                "assistant_confidence_threshold must be 0: the batched engine always drafts num_assistant_tokens "
+                "assistant_confidence_threshold must be 0: the batched engine always drafts num_draft_tokens "
                 f"(transformers' confidence-based early stop is not implemented), got {assistant_confidence_threshold}"
             )
         if draft_dtype is not None and draft_dtype not in DTYPES:
@@ -199,14 +199,14 @@ class AssistedARDecoder(ARDecoder):
             )
         self.is_mtp = draft_type in ASSISTANT_MODEL_TYPES
         self.label = DecoderKind.AR_MTP if self.is_mtp else DecoderKind.AR_DRAFT
-        if self.is_mtp and num_assistant_tokens_schedule != "constant":
+        if self.is_mtp and num_draft_tokens_schedule != "constant":
             raise ValueError(
-                "an MTP drafter drafts a fixed num_assistant_tokens; use num_assistant_tokens_schedule=constant"
+                "an MTP drafter drafts a fixed num_draft_tokens; use num_draft_tokens_schedule=constant"
             )
         super().__init__(path=path, **kwargs)
         self.draft_ref, self.draft_type = draft, draft_type
-        self.num_assistant_tokens = num_assistant_tokens
-        self.schedule = num_assistant_tokens_schedule
+        self.num_draft_tokens = num_draft_tokens
+        self.schedule = num_draft_tokens_schedule
         self.confidence_threshold = assistant_confidence_threshold
         self.draft = load_causal_lm(
             draft,
@@ -220,7 +220,7 @@ class AssistedARDecoder(ARDecoder):
         self.engine = self._engine()
 
     def _engine(self) -> AREngine:
-        k = self.num_assistant_tokens
+        k = self.num_draft_tokens
         if self.is_mtp:
             drafter = MTPDrafter(self.draft, self.target, self.kv_store_layers, k)
         else:
@@ -233,8 +233,8 @@ class AssistedARDecoder(ARDecoder):
             "draft_path": self.draft_ref,
             "draft_model_type": self.draft_type,
             "draft_class": type(self.draft).__name__,
-            "num_assistant_tokens": self.num_assistant_tokens,
-            "num_assistant_tokens_schedule": self.schedule,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_draft_tokens_schedule": self.schedule,
             "assistant_confidence_threshold": self.confidence_threshold,
             "kv_store_layers": self.kv_store_layers,
             "nfe_rule": "target forwards: one verify forward per step (the first also reads the prompt)",

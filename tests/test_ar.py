@@ -191,7 +191,7 @@ def assisted(target, draft, **kw):
 
 def test_draft_equal_to_target_accepts_everything(ar_dir, ar):
     k = 4
-    dec = assisted(ar_dir, ar_dir, num_assistant_tokens=k)
+    dec = assisted(ar_dir, ar_dir, num_draft_tokens=k)
     assert dec.label == "ar+draft" and dec.draft is not dec.model
     assert dec.describe()["batched"] is True
     greedy = ar.generate(requests(ar, n=20))
@@ -232,7 +232,7 @@ def reference_speculative(target, draft, prompt, n, k, eos):
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_partial_agreement_matches_hand_count(ar_dir, near_draft_dir, ar, k):
-    dec = assisted(ar_dir, near_draft_dir, num_assistant_tokens=k)
+    dec = assisted(ar_dir, near_draft_dir, num_draft_tokens=k)
     draft = AutoModelForCausalLM.from_pretrained(near_draft_dir).eval()
     accepted = 0
     for req in requests(dec, n=20):
@@ -246,7 +246,7 @@ def test_partial_agreement_matches_hand_count(ar_dir, near_draft_dir, ar, k):
 
 
 def test_heuristic_schedule_restarts_per_sample(ar_dir):
-    dec = assisted(ar_dir, ar_dir, num_assistant_tokens=2, num_assistant_tokens_schedule="heuristic")
+    dec = assisted(ar_dir, ar_dir, num_draft_tokens=2, num_draft_tokens_schedule="heuristic")
     req = requests(dec, [PROMPTS[0]], n=20)
     first, second = dec.generate(req)[0], dec.generate(req)[0]
     assert first.extra["tokens_per_verify"] == second.extra["tokens_per_verify"]
@@ -256,13 +256,13 @@ def test_heuristic_schedule_restarts_per_sample(ar_dir):
 def test_assisted_stop_string_and_sampling(ar_dir, near_draft_dir, ar):
     full = ar.generate(requests(ar, [PROMPTS[0]], n=24))[0]
     stop = full.text[6:8]
-    dec = assisted(ar_dir, near_draft_dir, num_assistant_tokens=3)
+    dec = assisted(ar_dir, near_draft_dir, num_draft_tokens=3)
     [res] = dec.generate(requests(dec, [PROMPTS[0]], n=24, stops=[stop]))
     assert (res.token_ids, res.text, res.finished_by) == cut_at_stop(
         ar.tokenizer, full.token_ids, set(ar.eos_ids), [stop]
     )
     assert res.nfe < full.nfe
-    samp = assisted(ar_dir, near_draft_dir, num_assistant_tokens=3, do_sample=True, temperature=1.0)
+    samp = assisted(ar_dir, near_draft_dir, num_draft_tokens=3, do_sample=True, temperature=1.0)
     a = samp.generate(requests(samp, [PROMPTS[1]], seed=3))[0]
     b = samp.generate(requests(samp, [PROMPTS[1]], seed=3))[0]
     assert a.token_ids == b.token_ids and a.nfe == b.nfe
@@ -272,7 +272,7 @@ def test_assisted_stop_string_and_sampling(ar_dir, near_draft_dir, ar):
 
 
 def test_mtp_drafter_is_lossless_and_counted(ar_dir, mtp_dir, ar):
-    dec = assisted(ar_dir, mtp_dir, num_assistant_tokens=3)
+    dec = assisted(ar_dir, mtp_dir, num_draft_tokens=3)
     assert dec.label == "ar+mtp" and type(dec.draft).__name__ == "Gemma4AssistantForCausalLM"
     assert dec.describe()["kv_store_layers"] == [0, 1]  # the target hands over its last K/V of each layer type
     for res, ref in zip(dec.generate(requests(dec, n=20)), ar.generate(requests(ar, n=20))):
@@ -301,7 +301,7 @@ def test_mtp_with_the_multimodal_target_class(multimodal_ar_dir, tmp_path):
     from models.gemma4_mtp import build_tiny_assistant
 
     drafter = build_tiny_assistant(tmp_path / "mtp", multimodal_ar_dir, layers=2)
-    dec = assisted(multimodal_ar_dir, drafter, num_assistant_tokens=2)
+    dec = assisted(multimodal_ar_dir, drafter, num_draft_tokens=2)
     assert type(dec.model).__name__ == "Gemma4ForConditionalGeneration" and dec.label == "ar+mtp"
     ar_mm = ARDecoder(str(multimodal_ar_dir), dtype="float32", device="cpu")
     for res, ref in zip(dec.generate(requests(dec, PROMPTS[:2])), ar_mm.generate(requests(ar_mm, PROMPTS[:2]))):
@@ -310,7 +310,7 @@ def test_mtp_with_the_multimodal_target_class(multimodal_ar_dir, tmp_path):
 
 def test_mtp_rejects_heuristic_schedule_before_loading(ar_dir, mtp_dir):
     with pytest.raises(ValueError, match="constant"):
-        assisted(ar_dir, mtp_dir, num_assistant_tokens_schedule="heuristic")
+        assisted(ar_dir, mtp_dir, num_draft_tokens_schedule="heuristic")
 
 
 # --- bad input fails before any model loads ------------------------------------------------------
@@ -327,9 +327,9 @@ def test_bad_input_fails_fast(ar_dir, tmp_path, ar):
     with pytest.raises(FileNotFoundError):
         ARDecoder("models/checkpoints/not_there")
     with pytest.raises(ValueError, match="schedule"):
-        assisted(ar_dir, ar_dir, num_assistant_tokens_schedule="linear")
-    with pytest.raises(ValueError, match="num_assistant_tokens"):
-        assisted(ar_dir, ar_dir, num_assistant_tokens=0)
+        assisted(ar_dir, ar_dir, num_draft_tokens_schedule="linear")
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        assisted(ar_dir, ar_dir, num_draft_tokens=0)
     Gemma4ForCausalLM(ar_config(64)).save_pretrained(tmp_path / "small_vocab")
     with pytest.raises(ValueError, match="vocabulary"):
         assisted(ar_dir, tmp_path / "small_vocab")
