@@ -177,9 +177,7 @@ class AssistedARDecoder(ARDecoder):
         if num_draft_tokens < 1:
             raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens}")
         if num_draft_tokens_schedule not in SCHEDULES:
-            raise ValueError(
-                f"num_draft_tokens_schedule must be one of {SCHEDULES}, got {num_draft_tokens_schedule!r}"
-            )
+            raise ValueError(f"num_draft_tokens_schedule must be one of {SCHEDULES}, got {num_draft_tokens_schedule!r}")
         if assistant_confidence_threshold != 0:
             raise ValueError(
                 "assistant_confidence_threshold must be 0: the batched engine always drafts num_draft_tokens "
@@ -200,9 +198,7 @@ class AssistedARDecoder(ARDecoder):
         self.is_mtp = draft_type in ASSISTANT_MODEL_TYPES
         self.label = DecoderKind.AR_MTP if self.is_mtp else DecoderKind.AR_DRAFT
         if self.is_mtp and num_draft_tokens_schedule != "constant":
-            raise ValueError(
-                "an MTP drafter drafts a fixed num_draft_tokens; use num_draft_tokens_schedule=constant"
-            )
+            raise ValueError("an MTP drafter drafts a fixed num_draft_tokens; use num_draft_tokens_schedule=constant")
         super().__init__(path=path, **kwargs)
         self.draft_ref, self.draft_type = draft, draft_type
         self.num_draft_tokens = num_draft_tokens
