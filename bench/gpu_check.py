@@ -265,34 +265,14 @@ def memory_plan(model, cfg: CheckConfig, parameters: int) -> dict[str, Any]:
 
 @torch.no_grad()
 def ar_token_forward(adapter, state, token: torch.Tensor, lm_head: bool = True):
-    """One AR decode step on the cache: a 1-token causal encoder forward that appends to it (the same calls as
-    `adapter.commit`), then, as an AR model's forward does, the LM head over that token (V logits per row),
+    """One AR decode step on the cache: a 1-token causal encoder forward that appends to it (`adapter.commit`
+    of a one-token canvas), then, as an AR model's forward does, the LM head over that token (V logits per row),
     float32 and the final soft cap. Returns (new state, logits or hidden state)."""
-    from models import kv_rows
-    from models.diffusion_gemma import ContextState
-
-    mask = torch.nn.functional.pad(state.attention_mask, (0, 1), value=True)
-    positions = state.next_position[:, None]
-    dummy = torch.empty((*token.shape, 0), dtype=adapter.dtype, device=token.device)
-    masks = adapter.model.model.encoder.create_masks_for_generate(
-        config=adapter.config,
-        inputs_embeds=dummy,
-        attention_mask=mask,
-        past_key_values=state.cache,
-        position_ids=positions,
-    )
-    hidden = adapter._encoder(
-        input_ids=token, attention_mask=masks, past_key_values=state.cache, position_ids=positions
-    ).last_hidden_state
-    kv_rows.release_views(state.cache)
-    new = ContextState(state.cache, mask, state.next_position + 1, [n + 1 for n in state.lengths])
+    rows = list(range(token.shape[0]))
+    new = adapter.commit(state, token, rows)
     if not lm_head:
-        return new, hidden
-    logits = adapter.model.lm_head(hidden[:, -1]).float()
-    cap = adapter.softcap
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return new, logits
+        return new, torch.stack([new.last_hidden[r] for r in rows])[:, None]
+    return new, adapter.next_token_logits(new, rows)
 
 
 @torch.no_grad()

@@ -1,13 +1,16 @@
 """The block-diffusion decode engine: requests stream in, finished samples stream out.
 
-    admit queued requests into free batch rows (prefill, merged right-aligned into the shared cache)
+    admit queued requests into free batch rows (prefill into the rows' own slots of the shared cache)
     -> every step, for every row: denoise -> softcap + temperature -> draw -> accept (+remask)
        -> re-noise the rest -> adaptive stop
     -> a row whose canvas stopped commits it (re-encodes it into the cache) and starts the next canvas
        on the very next step; a row whose sequence ended (EOS / stop string / length) leaves the batch
        and its result is yielded at once, and a queued request takes its place.
 
-So every computed row does useful work (`row_utilization` 1.0) whatever the spread of step counts.
+Rows are the cache's slot rows (`models.slot_cache`): admitting, committing and releasing a row write only its
+new K/V and move no other row's. A step computes rows 0 up to the highest one in flight; a freed row is
+refilled on the next step, so every computed row does useful work (`row_utilization` 1.0) whatever the spread
+of step counts while requests are queued, and only the last rows of a run leave free rows (waste) below them.
 Per step the host reads the device once (finished flags, accepted counts and the argmax canvas, one
 small packed tensor): steps, temperatures and random-stream keys are known on the host already. Every
 random number is a pure function of (sample seed, canvas, step, position, stream) (`samplers.streams`),
@@ -150,12 +153,6 @@ class _Logits:
         self.sc[: old_sc.shape[0]].copy_(old_sc)
         self.capacity = b
 
-    def move_up(self, keep: list[int], sc_rows: list[bool]) -> None:
-        """Rows `keep` become rows 0..len(keep)-1 in place (ascending, so no row is overwritten before it moves)."""
-        for j, i in enumerate(keep):
-            if i != j and sc_rows[i]:
-                self.sc[j].copy_(self.sc[i])
-
 
 @dataclass
 class _Row:
@@ -215,50 +212,69 @@ class BlockDiffusionDecoder:
     # continuous batching (default)
 
     def _continuous(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
+        """Rows are slot rows of the cache: a request keeps its row until it ends, and a step computes rows 0 up
+        to the highest one in flight (a free row below it computes a dummy canvas, counted as waste)."""
         cfg, model, c, v = self.sampler, self.model, self.canvas_length, self.model.vocab_size
         dev = model.device
         queue = iter(requests)
-        rows: list[_Row] = []
-        state = canvas = history = masks = None
+        rows: list[_Row | None] = []
+        state = masks = None
+        canvas = torch.empty((0, c), dtype=torch.long, device=dev)
+        history = torch.full((cfg.stability_steps, 0, c), -1, dtype=torch.long, device=dev)
         logits = _Logits(c, v, dev, model.dtype if self.fused else None)
         sample = fused_sampling(logits.sc) if self.fused else torch_sampling(self._draw)
         sc_rows: list[bool] = []
         exhausted = False
         while True:
             t0 = time.perf_counter()
-            changed = False
-            if not exhausted and len(rows) < batch_size:
-                new = [self._start(r) for r in islice(queue, batch_size - len(rows))]
-                exhausted = len(new) < batch_size - len(rows)
-                if new:
-                    state = model.merge(state, model.prefill([r.req.prompt_ids for r in new]))
-                    fresh = self._init_canvas(new)
-                    canvas = fresh if canvas is None else torch.cat([canvas, fresh])
-                    h = torch.full((cfg.stability_steps, len(new), c), -1, dtype=torch.long, device=dev)
-                    history = h if history is None else torch.cat([history, h], dim=1)
-                    rows += new
-                    sc_rows += [False] * len(new)
-                    changed = True
-            if not rows:
+            free = [i for i, r in enumerate(rows) if r is None] + list(range(len(rows), batch_size))
+            new = [] if exhausted else [self._start(r) for r in islice(queue, len(free))]
+            exhausted = exhausted or len(new) < len(free)
+            if new:
+                at = free[: len(new)]
+                if state is None:
+                    state = model.open(min(batch_size, len(new)) if exhausted else batch_size, c)
+                grow = max(-(-r.req.max_new_tokens // c) * c for r in new)
+                state = model.prefill([r.req.prompt_ids for r in new], state, at, grow=grow)
+                top = max(at) + 1
+                if top > len(rows):  # the first admissions: the per-row buffers grow to the rows in use
+                    extra = top - len(rows)
+                    rows += [None] * extra
+                    sc_rows += [False] * extra
+                    canvas = torch.cat([canvas, torch.zeros((extra, c), dtype=torch.long, device=dev)])
+                    history = torch.cat([history, torch.full((cfg.stability_steps, extra, c), -1, device=dev)], 1)
+                idx = torch.tensor(at, device=dev)
+                canvas = canvas.index_copy(0, idx, self._init_canvas(new))
+                history = history.index_fill(1, idx, -1)
+                for i, row in zip(at, new, strict=True):
+                    rows[i], sc_rows[i] = row, False
+                masks = None
+            busy = [i for i, r in enumerate(rows) if r is not None]
+            if not busy:
                 return
-            b = len(rows)
+            b = busy[-1] + 1
             if logits.capacity < b:
                 logits.grow(b)
                 sample = fused_sampling(logits.sc) if self.fused else sample
-            if changed or masks is None:
-                masks = model.canvas_masks(state, c)
+            if masks is None:  # rows were admitted, committed or released
+                masks = model.canvas_masks(state, c, b)
 
             x = model.denoise(
-                state, canvas, masks, logits.sc[:b] if any(sc_rows) else None, sc_rows, out=logits.raw[:b]
+                state, canvas[:b], masks, logits.sc[:b] if any(sc_rows[:b]) else None, sc_rows[:b], out=logits.raw[:b]
             )
             keys = torch.tensor(
-                [[r.req.seed for r in rows], [r.canvas_idx for r in rows], [r.step for r in rows]], dtype=torch.long
+                [
+                    [r.req.seed if r else 0 for r in rows[:b]],
+                    [r.canvas_idx if r else 0 for r in rows[:b]],
+                    [r.step if r else 0 for r in rows[:b]],
+                ],
+                dtype=torch.long,
             )  # host-known: copied to the device, never read back
             temps = cfg.temperatures(keys[2])  # host-known
             temperature = temps.to(dev)
             keys = keys.to(dev)
-            out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas, history, v)
-            canvas, history = out.canvas, out.history
+            out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas[:b], history[:, :b], v)
+            canvas[:b], history[:, :b] = out.canvas, out.history
             parts = [out.finished.long()[:, None], out.kept[:, None], out.argmax]
             if cfg.capture_trajectory:  # the accepted mask rides in the same read
                 parts.append(out.keep.long())
@@ -266,8 +282,9 @@ class BlockDiffusionDecoder:
             trajectory = out.mean_entropy.tolist() if cfg.capture_trajectory else None
 
             leaving, committing = [], []
-            stepped = list(rows)  # every row computed in this step shares its wall time (commits included)
-            for i, (row, (fin, kept, *rest)) in enumerate(zip(rows, host, strict=True)):
+            rows[busy[0]].result.row_forwards += b - len(busy)  # free rows computed this step: waste
+            for i in busy:
+                row, (fin, kept, *rest) = rows[i], host[i]
                 argmax = rest[:c] if trajectory is not None else rest
                 res = row.result
                 res.nfe += 1
@@ -312,21 +329,14 @@ class BlockDiffusionDecoder:
                 history = history.index_fill(1, idx, -1)
                 masks = None
             if leaving:
-                gone = set(leaving)
-                keep = [i for i in range(b) if i not in gone]
-                state = model.select(state, keep)
-                logits.move_up(keep, sc_rows)
-                idx = torch.tensor(keep, device=dev, dtype=torch.long)
-                canvas, history = canvas[idx], history[:, idx]
+                state = model.release(state, leaving)
                 masks = None
             now = time.perf_counter()
-            for row in stepped:
-                row.result.wall_time_s += (now - t0) / b
-            if leaving:
-                for i in leaving:
-                    yield self._finish(rows[i], now)
-                rows = [rows[i] for i in keep]
-                sc_rows = [sc_rows[i] for i in keep]
+            for i in busy:
+                rows[i].result.wall_time_s += (now - t0) / len(busy)
+            for i in leaving:
+                yield self._finish(rows[i], now)
+                rows[i], sc_rows[i] = None, False
 
     def _start(self, req: GenerationRequest) -> _Row:
         check_request(req)
@@ -370,7 +380,7 @@ class BlockDiffusionDecoder:
         model, c = self.model, self.canvas_length
         rows = [self._start(r) for r in requests]
         b = len(rows)
-        state = model.prefill([r.prompt_ids for r in requests])
+        state = model.prefill([r.prompt_ids for r in requests], model.open(b, c))
         done = [False] * b
         max_canvases = -(-max(r.max_new_tokens for r in requests) // c)
         for k in range(max_canvases):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from models import slot_attention
 from models.slot_cache import SlotCache
 
 PREFILL_CHUNK = 512  # positions per prefill forward (the sliding layers' ring holds window - 1 + this)
@@ -26,9 +27,10 @@ class CausalLM:
         self.device = next(model.parameters()).device
         self.vocab_size = self.text_config.vocab_size
         self.embed = model.get_input_embeddings()
+        self.row_indexed = slot_attention.install(model)
 
     def new_cache(self, rows: int, capacity: int, max_chunk: int) -> SlotCache:
-        return SlotCache(self.text_config, rows, capacity, max_chunk, self.dtype, self.device)
+        return SlotCache(self.text_config, rows, capacity, max_chunk, self.dtype, self.device, self.row_indexed)
 
     def forward(self, cache: SlotCache, rows: list[int] | None, starts: list[int], ids: torch.Tensor) -> torch.Tensor:
         """Run `ids` (b, n) at positions starts[i].. of rows `rows`, writing their K/V; return hidden (b, n, H)."""

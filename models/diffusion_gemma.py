@@ -1,42 +1,42 @@
-"""Adapter over transformers' `DiffusionGemmaForBlockDiffusion`: prefill, denoise, commit.
+"""Adapter over transformers' `DiffusionGemmaForBlockDiffusion`: prefill, denoise, commit, release.
 
 The decode loop (harness.decode) only talks to this small interface, so one code path serves a tiny
-local checkpoint on the CPU and `google/diffusiongemma-26B-A4B-it` on a GPU. Positions are computed
-per row from the attention mask, so left-padded rows see exactly the positions they would see alone.
+local checkpoint on the CPU and `google/diffusiongemma-26B-A4B-it` on a GPU. The batch's contexts live in
+per-row slots of one preallocated cache (`models.slot_cache`): row r's context is positions 0.. of slot row r,
+so every row sees the positions it would see alone, and admitting, committing and releasing a row write only
+its new K/V and move no other row's. The decoder writes each step's canvas K/V into the slots after the
+context (scratch the commit overwrites with the encoder's K/V), and masks come from positions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
-from transformers.cache_utils import DynamicCache
 
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
-from models import kv_rows, logits_blocks
+from models import logits_blocks, slot_attention
 from models.lora import load_adapter
+from models.slot_cache import SlotCache
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
 
 @dataclass
 class ContextState:
-    """The encoded context of a batch: KV cache, which cached slots are real, next position per row.
+    """The batch's encoded contexts: row r of `cache` holds row r's context at positions 0..lengths[r]-1.
 
-    Every row's context is right-aligned (left padding masked out); `lengths` mirrors each row's real
-    length on the host, so adding and removing rows never reads the device.
-    """
+    `lengths` mirrors the rows on the host (0: a free row), so nothing here reads the device."""
 
-    cache: Any
-    attention_mask: torch.Tensor  # (B, T) bool over cached slots (False = left padding)
-    next_position: torch.Tensor  # (B,) long: position id of the next token of each row
-    lengths: list[int]  # real context tokens per row (host copy)
-    last_hidden: torch.Tensor | None = None  # (B, H) encoder output at each row's last token (AR decoding)
+    cache: SlotCache
+    lengths: list[int]
+    last_hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # row -> encoder output at its last token
 
     @property
     def batch_size(self) -> int:
@@ -109,6 +109,10 @@ class DiffusionGemmaAdapter:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.config.text_config.pad_token_id
         self.eos_ids = set(eos_token_ids or default_eos_ids(model.generation_config, tokenizer))
+        self.row_indexed = slot_attention.install(model)
+        for layer in model.model.decoder.layers:  # the canvas K/V go into the slots after the context
+            attn = layer.self_attn
+            attn.append_to_cache = functools.partial(_append_to_slots, attn.append_to_cache, attn.layer_idx)
         self._encoder = model.model.encoder
         self._layer_calls = list(model.model.decoder.layers)
         if compile:
@@ -127,110 +131,85 @@ class DiffusionGemmaAdapter:
         """`final_logit_softcapping`: logits are cap * tanh(raw / cap), applied by the sampler step."""
         return self.config.text_config.final_logit_softcapping
 
+    def open(self, rows: int, canvas_length: int | None = None, positions: int = 0) -> ContextState:
+        """An empty batch state of `rows` slot rows for canvases of `canvas_length` (the model's by default),
+        room for `positions` per row (it grows if needed). Prompts are encoded in canvas-sized chunks, so a
+        sliding layer's ring holds window - 1 + C slots, what transformers' sliding cache holds during a step."""
+        text = self.config.get_text_config(decoder=True)
+        c = canvas_length or self.canvas_length
+        cache = SlotCache(text, rows, max(positions, c), c, self.dtype, self.device, self.row_indexed)
+        return ContextState(cache, [0] * rows)
+
     @torch.no_grad()
-    def prefill(self, prompts: list[list[int]]) -> ContextState:
-        """Encode prompts causally, left-padded to the longest, into a fresh KV cache (one encoder forward)."""
-        lengths = [len(p) for p in prompts]
-        width = max(lengths)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.bool)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = True
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.config.get_text_config(decoder=True))
-        hidden = self._encode(ids, mask, positions, cache)
-        return ContextState(cache, mask, torch.tensor(lengths, device=self.device), lengths, hidden[:, -1])
+    def prefill(
+        self, prompts: list[list[int]], state: ContextState | None = None, rows: list[int] | None = None, grow: int = 0
+    ) -> ContextState:
+        """Encode prompts causally into rows `rows` of `state` (a fresh state of len(prompts) rows by default),
+        in chunks; `grow`: positions each row will add (its canvases), reserved now so the cache grows once."""
+        if state is None:
+            state = self.open(len(prompts))
+        rows = list(range(len(prompts))) if rows is None else list(rows)
+        state.cache.reset(rows)
+        state.cache.reserve(max(len(p) for p in prompts) + grow + state.cache.max_chunk)
+        chunk = state.cache.max_chunk
+        for lo in range(0, max(len(p) for p in prompts), chunk):
+            part = [(r, p[lo : lo + chunk]) for r, p in zip(rows, prompts, strict=True) if len(p) > lo]
+            hidden = self._encode(state, [r for r, _ in part], [lo] * len(part), [q for _, q in part])
+            for i, (r, q) in enumerate(part):
+                state.last_hidden[r] = hidden[i, len(q) - 1]
+        for r, p in zip(rows, prompts, strict=True):
+            state.lengths[r] = len(p)
+        return state
 
     @torch.no_grad()
     def commit(self, state: ContextState, canvas: torch.Tensor, rows: list[int] | None = None) -> ContextState:
-        """Append finished canvases to the context: re-encode them causally into the cache.
+        """Append finished canvases to the context: re-encode them causally into their rows' slots (over the
+        canvas K/V the denoiser left there). `rows=None` commits rows 0..len(canvas)-1."""
+        rows = list(range(canvas.shape[0])) if rows is None else list(rows)
+        hidden = self._encode(state, rows, [state.lengths[r] for r in rows], canvas)
+        for i, r in enumerate(rows):
+            state.lengths[r] += canvas.shape[1]
+            state.last_hidden[r] = hidden[i, -1]
+        return state
 
-        `rows=None` commits every row (`canvas` is (B, C)); otherwise only `rows` commit (`canvas` is
-        (len(rows), C)): they are encoded on their own and the other rows get masked left padding, so
-        every row stays right-aligned.
-        """
-        c = canvas.shape[1]
-        if rows is None or len(rows) == state.batch_size:
-            mask = torch.nn.functional.pad(state.attention_mask, (0, c), value=True)
-            positions = state.next_position[:, None] + torch.arange(c, device=canvas.device)
-            hidden = self._encode(canvas, mask, positions, state.cache)
-            lengths = [n + c for n in state.lengths]
-            return ContextState(state.cache, mask, state.next_position + c, lengths, hidden[:, -1])
-        idx = torch.tensor(rows, device=self.device)
-        part = kv_rows.take(state.cache, idx)
-        part_mask = torch.nn.functional.pad(state.attention_mask[idx], (0, c), value=True)
-        positions = state.next_position[idx, None] + torch.arange(c, device=canvas.device)
-        self._encode(canvas, part_mask, positions, part)
-        kv_rows.pad_left(state.cache, c)
-        kv_rows.put(state.cache, idx, part)
-        mask = torch.nn.functional.pad(state.attention_mask, (c, 0), value=False).index_copy(0, idx, part_mask)
-        lengths = list(state.lengths)
-        for i in rows:
-            lengths[i] += c
-        step = torch.zeros_like(state.next_position).index_fill(0, idx, c)
-        return self._trim(ContextState(state.cache, mask, state.next_position + step, lengths))
+    def release(self, state: ContextState, rows: list[int]) -> ContextState:
+        """Rows leave the batch: their slots are free for the next admission (nothing is copied)."""
+        state.cache.reset(rows)
+        for r in rows:
+            state.lengths[r] = 0
+            state.last_hidden.pop(r, None)
+        return state
 
-    def select(self, state: ContextState, rows: list[int]) -> ContextState:
-        """Keep only `rows` (finished rows leave the batch), then drop padding no row needs."""
-        if rows == list(range(state.batch_size)):
-            return state
-        idx = torch.tensor(rows, device=self.device, dtype=torch.long)
-        kv_rows.select(state.cache, idx)
-        out = ContextState(
-            state.cache, state.attention_mask[idx], state.next_position[idx], [state.lengths[i] for i in rows]
-        )
-        return self._trim(out)
-
-    def merge(self, a: ContextState | None, b: ContextState) -> ContextState:
-        """Rows of `a` then the newly admitted rows of `b`, right-aligned to a common width."""
-        if a is None or a.batch_size == 0:
-            return b
-        wa, wb = kv_rows.width(a.cache), kv_rows.width(b.cache)
-        w = max(wa, wb)
-        masks = [torch.nn.functional.pad(s.attention_mask, (w - ws, 0), value=False) for s, ws in ((a, wa), (b, wb))]
-        cache = kv_rows.concat(a.cache, b.cache)
-        return ContextState(
-            cache, torch.cat(masks), torch.cat([a.next_position, b.next_position]), a.lengths + b.lengths
-        )
-
-    def _trim(self, state: ContextState) -> ContextState:
-        lead = kv_rows.width(state.cache) - max(state.lengths, default=kv_rows.width(state.cache))
-        if lead <= 0:
-            return state
-        kv_rows.trim_left(state.cache, lead)
-        return ContextState(state.cache, state.attention_mask[:, lead:], state.next_position, state.lengths)
-
-    def _encode(self, input_ids, full_mask, positions, cache) -> torch.Tensor:
-        dummy = torch.empty((*input_ids.shape, 0), dtype=self.model.dtype, device=input_ids.device)
-        masks = self.model.model.encoder.create_masks_for_generate(
-            config=self.config,
-            inputs_embeds=dummy,
-            attention_mask=full_mask,
-            past_key_values=cache,
-            position_ids=positions,
-        )
-        out = self._encoder(
-            input_ids=input_ids.contiguous(), attention_mask=masks, past_key_values=cache, position_ids=positions
-        )
-        kv_rows.release_views(cache)
+    def _encode(self, state: ContextState, rows: list[int], starts: list[int], ids) -> torch.Tensor:
+        """One causal encoder forward writing positions starts[i].. of `rows` (ids: a tensor or ragged lists)."""
+        if not torch.is_tensor(ids):
+            width = max(len(q) for q in ids)
+            real = [len(q) for q in ids]
+            ids = torch.tensor([q + [self.pad_id] * (width - len(q)) for q in ids], dtype=torch.long)
+        else:
+            real = None
+        ids = ids.to(self.device)
+        n = ids.shape[1]
+        cache = state.cache
+        cache.begin(None if rows == list(range(len(rows))) else rows, starts, n, real)
+        positions = torch.tensor(starts, device=self.device)[:, None] + torch.arange(n, device=self.device)
+        masks = cache.masks(positions, self.dtype)
+        out = self._encoder(input_ids=ids, attention_mask=masks, past_key_values=cache, position_ids=positions)
         return out.last_hidden_state
 
     @torch.no_grad()
-    def next_token_logits(self, state: ContextState) -> torch.Tensor:
+    def next_token_logits(self, state: ContextState, rows: list[int] | None = None) -> torch.Tensor:
         """(B, V) float32 logits for each row's next token from the causal encoder: the same weights decoding
         autoregressively (softcap(lm_head(encoder hidden state)), as the checkpoint's own AR head would)."""
-        x = self.model.lm_head(state.last_hidden).float()
+        rows = sorted(state.last_hidden) if rows is None else rows
+        x = self.model.lm_head(torch.stack([state.last_hidden[r] for r in rows])).float()
         return x.div_(self.softcap).tanh_().mul_(self.softcap) if self.softcap else x
 
-    def canvas_masks(self, state: ContextState, canvas_length: int) -> dict:
-        """Decoder attention masks for a canvas over the current context (built once per batch change)."""
-        mask = torch.nn.functional.pad(state.attention_mask, (0, canvas_length), value=True)
-        dummy = torch.empty((mask.shape[0], canvas_length, 1), device=mask.device)
-        return self.model.model.decoder.create_diffusion_decoder_attention_mask(
-            config=self.config, inputs_embeds=dummy, past_key_values=state.cache, decoder_attention_mask=mask
-        )
+    def canvas_masks(self, state: ContextState, canvas_length: int, batch: int | None = None) -> dict:
+        """Decoder attention masks for canvases of rows 0..batch-1 (all rows by default) over their contexts
+        (built once per batch change)."""
+        rows = list(range(state.batch_size if batch is None else batch))
+        return state.cache.block_masks(rows, [state.lengths[r] for r in rows], canvas_length, self.dtype)
 
     @torch.no_grad()
     def denoise(
@@ -242,7 +221,8 @@ class DiffusionGemmaAdapter:
         sc_rows: list[bool] | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """One bidirectional decoder forward over the canvas; returns the raw (pre-softcap) LM-head logits.
+        """One bidirectional decoder forward over the canvases of rows 0..B-1 (`canvas` is (B, C)); returns the raw
+        (pre-softcap) LM-head logits.
 
         `sc` (B, C, V) holds the previous step's temperature-scaled logits; rows with `sc_rows[i]` False
         (the first step of a canvas) get no self-conditioning. `out` (B, C, V), any float dtype, receives
@@ -263,7 +243,9 @@ class DiffusionGemmaAdapter:
             rows = [i for i in range(b) if sc_rows is None or sc_rows[i]]
             logits_blocks.self_conditioning_into(soft, sc, rows, w, scale, budget, free=out)
         hidden = dec.self_conditioning(embeds, soft)
-        positions = state.next_position[:, None] + torch.arange(c, device=canvas.device)
+        starts = state.lengths[:b]
+        state.cache.begin(None, starts, c)  # rows 0..b-1 write their canvas K/V after their contexts
+        positions = torch.tensor(starts, device=canvas.device)[:, None] + torch.arange(c, device=canvas.device)
         hidden = self._decoder_layers(hidden, positions, masks, state.cache)
         if out is None:
             out = torch.empty((b, c, self.vocab_size), dtype=torch.float32, device=canvas.device)
@@ -296,3 +278,11 @@ class DiffusionGemmaAdapter:
             "vocab_size": self.vocab_size,
             "parameters": sum(p.numel() for p in self.model.parameters()),
         }
+
+
+def _append_to_slots(original, layer_idx: int, past_key_values, key_states, value_states):
+    """The decoder attention's `append_to_cache`: over a `SlotCache` the canvas K/V are written into the slots
+    after each row's context and the span returned; any other cache keeps transformers' own (a concatenation)."""
+    if isinstance(past_key_values, SlotCache):
+        return past_key_values.update(key_states, value_states, layer_idx)
+    return original(past_key_values, key_states, value_states)

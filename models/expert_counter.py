@@ -4,7 +4,7 @@ denoiser forward vs 8 for an AR token", measured on the run's own forwards.
 Forward hooks on every MoE router (`*TextRouter`, whose output is `(probs, top_k_weights, top_k_index)`)
 scatter the forward's top-k indices into a `[layers, rows, experts]` bool tensor on the device; a pre-hook on
 the token embedding gives the forward's `(rows, tokens)` shape and, for causal (encoder / AR) forwards, which
-tokens are real (left padding, `pad_token_id`, is excluded; denoiser canvases have no padding). Nothing is read
+tokens are real (padding, `pad_token_id`, is excluded; denoiser canvases have no padding). Nothing is read
 back until `summary()`: one host read per run, no sync per forward.
 
 Per forward two figures per layer: `union` = distinct experts over every real token of the forward (the expert

@@ -170,13 +170,9 @@ def kv_bytes_per_token(text_config, dtype_bytes: int) -> tuple[int, int, int | N
 
 
 def sliding_storage_tokens(window: int, context_tokens: int, prompt_tokens: int, canvas_length: int) -> int:
-    """Most tokens a DynamicSlidingWindowLayer's storage holds over a run (per row).
-
-    Its `update` concatenates the cached `window - 1` tokens with the new chunk and keeps a *view* of the last
-    `window - 1`, which pins the whole concatenation: the whole prompt after the prefill, `window - 1 + C`
-    after each commit of a C-token canvas; never more than the context itself.
-    """
-    return min(context_tokens, max(prompt_tokens, window - 1 + canvas_length))
+    """Slots a sliding layer holds per row in the slot cache (`models.slot_cache`): a ring of `window - 1` plus
+    one chunk (the canvas, which prompts are encoded in as well), never more than the context and a chunk."""
+    return min(context_tokens, window - 1) + canvas_length
 
 
 def kv_cache_bytes(
@@ -187,15 +183,14 @@ def kv_cache_bytes(
     dtype_bytes: int,
     prompt_tokens: int | None = None,
 ) -> int:
-    """Peak bytes of the encoder's DynamicCache: full layers hold the whole context, sliding layers
-    `sliding_storage_tokens`; `prompt_tokens` defaults to the whole context (the conservative case)."""
-    prompt = context_tokens if prompt_tokens is None else prompt_tokens
+    """Bytes of the slot cache: full layers hold the context plus the canvas written after it, sliding layers
+    `sliding_storage_tokens` (`prompt_tokens` is kept for the callers: the slots do not depend on it)."""
     per_row = 0
     for layer in _layers(text_config, dtype_bytes):
         if layer.window is None:
-            tokens = context_tokens
+            tokens = context_tokens + canvas_length
         else:
-            tokens = sliding_storage_tokens(layer.window, context_tokens, prompt, canvas_length)
+            tokens = sliding_storage_tokens(layer.window, context_tokens, prompt_tokens or 0, canvas_length)
         per_row += layer.kv_bytes * tokens
     return batch_size * per_row
 
@@ -270,14 +265,15 @@ def forward_activation_bytes(
 
 # ---------------------------------------------------------------------------------------------- the estimate
 
-# C x V float32 rows the adapter's per-row work holds on top of the B-scaled logits: the self-conditioning row
-# (its model-dtype cast, float32 upcast, softmax and cast back: 3) and one for the LM head / draw block row.
-# Constant in B, so it matters at small batches (1.07 GB for the 26B model: 4 U at B=1).
-ROW_LOGITS_BUFFERS = 4
+# C x V float32 rows on top of the B-scaled logits. The self-conditioning and the LM head run over all rows'
+# positions in blocks sized as a share of U (`models.logits_blocks`), inside logits_factor; what the draw holds
+# per block besides them peaks at about 0.6 rows (tests/test_memory.py, the whole engine at B=4): 2 rows cover it.
+ROW_LOGITS_BUFFERS = 2
 
-# The engine's commit copies the committing rows' cache (`models.kv_rows.take`), encodes the canvas into the
-# copy and writes it back: while it runs, up to one more cache's worth of K/V is alive.
-COMMIT_KV_COPIES = 1.0
+# The commit re-encodes a canvas into its rows' own slots (`models.slot_cache`): no copy of the cache is alive.
+# (A commit by more than a few scattered rows gathers their K/V one layer at a time: an activation, counted in
+# `forward_activation_bytes`.)
+COMMIT_KV_COPIES = 0.0
 
 
 def estimate_decode_peak(
@@ -296,10 +292,10 @@ def estimate_decode_peak(
 
     Terms (U = one float32 B x C x V tensor, 8 GiB at B=32 for the 26B model):
     - weights = parameters x dtype_bytes (`count_parameters`; pass `parameters` to skip the meta build);
-    - kv_cache = `kv_cache_bytes`: full layers x context, sliding layers x their pinned storage;
+    - kv_cache = `kv_cache_bytes`: the slot cache (full layers: context + C; sliding layers: a ring);
     - logits = logits_factor x U + ROW_LOGITS_BUFFERS x C x V x 4: the engine's float32 logits workspace (also
-      the self-conditioning input) plus its batch-wide extras, which the engine bounds to 1.5 U in all, plus
-      the adapter's per-row work (it runs the self-conditioning softmax and the LM head one row at a time).
+      the self-conditioning input) plus its batch-wide extras (`models.logits_blocks`), which the engine
+      bounds to 1.5 U in all.
       A draw that materialises full-size temporaries needs more: `draw_whole` (x - max, its clamp, exp) holds
       ~2 U more (pass 3); transformers' own forward, as in `generate()`, ~4 U;
     - activations = `forward_activation_bytes`.
@@ -308,7 +304,7 @@ def estimate_decode_peak(
     - decode: one denoising step, C queries over context + C keys, logits = logits_factor x U;
     - prefill: the prompts (`prompt_tokens`, default the whole context: conservative) through the encoder
       at once, with the workspace (1 U) allocated;
-    - commit: a canvas re-encoded into a copy of the committing rows' cache (`COMMIT_KV_COPIES`).
+    - commit: a canvas re-encoded into its rows' slots (`COMMIT_KV_COPIES` more caches alive: none).
     `attn_implementation="eager"` adds materialised attention scores (large for long prompts).
     """
     if batch_size < 1 or context_tokens < 1:

@@ -23,6 +23,12 @@ from __future__ import annotations
 
 import torch
 
+from models.slot_attention import ROWS
+
+# a forward over at most this many scattered rows attends them in place, one attention call per row (a commit or
+# an admission: a few rows, many positions); more rows are gathered into one batch (one call, a copy of their K/V)
+ROW_LOOP_MAX = 4
+
 
 class SlotCache:
     """Preallocated K/V slots for `rows` batch rows of a causal LM (or DiffusionGemma's encoder)."""
@@ -37,10 +43,12 @@ class SlotCache:
         max_chunk: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        row_indexed: bool = False,
     ):
         if rows < 1 or capacity < 1 or max_chunk < 1:
             raise ValueError(f"rows, capacity and max_chunk must be >= 1, got {rows}, {capacity}, {max_chunk}")
         self.rows, self.max_chunk, self.dtype, self.device = rows, max_chunk, dtype, torch.device(device)
+        self.row_indexed = row_indexed  # the model attends through `models.slot_attention`: no row gathers
         self.layer_types: list[str] = list(config.layer_types)
         window = getattr(config, "sliding_window", None)
         self.window = window
@@ -61,6 +69,11 @@ class SlotCache:
         return layer_type == "sliding_attention" and self.ring is not None
 
     def slots_of(self, layer_type: str) -> int:
+        """Slots a layer holds per row: the capacity, a ring never more than that (short contexts need less)."""
+        return min(self.ring, self.capacity) if self.is_sliding_type(layer_type) else self.capacity
+
+    def modulus(self, layer_type: str) -> int:
+        """Position p lives in slot p mod this (a ring smaller than its size holds p in slot p: p < capacity)."""
         return self.ring if self.is_sliding_type(layer_type) else self.capacity
 
     def span(self, layer_type: str, rows: list[int]) -> int:
@@ -68,11 +81,13 @@ class SlotCache:
         highest position written are empty while a row is shorter than the ring)."""
         return min(self.slots_of(layer_type), max(self.written[r] for r in rows) + 1)
 
-    def key_positions(self, layer_type: str, rows: list[int], span: int) -> torch.Tensor:
-        """(len(rows), span) the position each of the first `span` slots holds (-1: empty), from `written` alone."""
-        hi = torch.tensor([self.written[r] for r in rows], dtype=torch.long, device=self.device)[:, None]
+    def key_positions(self, layer_type: str, rows: list[int], span: int, highest: list[int] | None = None):
+        """(len(rows), span) the position each of the first `span` slots holds (-1: empty), from the highest
+        position written per row alone (`highest`: as it will be once the next forward has written)."""
+        top = highest if highest is not None else [self.written[r] for r in rows]
+        hi = torch.tensor(top, dtype=torch.long, device=self.device)[:, None]
         s = torch.arange(span, device=self.device)[None, :]
-        n = self.slots_of(layer_type)
+        n = self.modulus(layer_type)
         kp = hi - torch.remainder(hi - s, n)
         return torch.where(kp >= 0, kp, torch.full_like(kp, -1))
 
@@ -82,17 +97,18 @@ class SlotCache:
         for r in rows:
             self.written[r] = -1
 
-    def begin(self, rows: list[int] | None, starts: list[int], n: int) -> None:
+    def begin(self, rows: list[int] | None, starts: list[int], n: int, real: list[int] | None = None) -> None:
         """The next forward writes positions `starts[i] .. starts[i] + n - 1` of batch row `rows[i]`
-        (`rows=None`: rows 0..len(starts)-1, the whole batch in flight, attended without copies)."""
+        (`rows=None`: rows 0..len(starts)-1, the whole batch in flight, attended without copies).
+
+        `real[i]` (default n) of them are the row's own tokens; the rest pad a shorter row to the chunk and
+        are rewritten later (they sit past the row's highest position, where masks and the ring see nothing)."""
         if n > self.max_chunk:
             raise ValueError(f"a forward may write at most {self.max_chunk} positions per row, got {n}")
         rows_list = list(range(len(starts))) if rows is None else list(rows)
-        need = max(s + n for s in starts)
-        if need > self.capacity:
-            self._grow(need)
-        for r, s in zip(rows_list, starts, strict=True):
-            self.written[r] = max(self.written[r], s + n - 1)
+        self.reserve(max(s + n for s in starts))
+        for r, s, m in zip(rows_list, starts, real or [n] * len(starts), strict=True):
+            self.written[r] = max(self.written[r], s + m - 1)
         pos = torch.tensor(starts, dtype=torch.long, device=self.device)[:, None] + torch.arange(n, device=self.device)
         contiguous = rows_list == list(range(len(rows_list)))
         self._rows = None if contiguous else torch.tensor(rows_list, dtype=torch.long, device=self.device)
@@ -102,33 +118,42 @@ class SlotCache:
         self._row_list = rows_list
         self._slots, self._span = {}, {}
         for t in set(self.layer_types):
-            size = self.slots_of(t)
-            self._slots[t] = torch.remainder(pos, size) if self.is_sliding_type(t) else pos
-            self._span[t] = self.span(t, rows_list)
+            self._slots[t] = torch.remainder(pos, self.ring) if self.is_sliding_type(t) else pos
+            self._span[t] = min(self.slots_of(t), max(s + n for s in starts))
 
-    def masks(self, query_positions: torch.Tensor, dtype: torch.dtype, visible_until=None) -> dict[str, torch.Tensor]:
-        """Additive attention masks (b, 1, q, span) per layer type for the current forward's rows.
+    def masks(self, query_positions: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """Causal additive attention masks (b, 1, q, span) per layer type for the current forward's rows: a key
+        is visible to a query at or after its position, within the sliding window."""
+        return self.masks_for(self._row_list, query_positions, dtype, self._span)
 
-        Causal by default (a key is visible to a query at or after its position); `visible_until` (b,) makes
-        every key below it visible instead (bidirectional inside a canvas), still within the sliding window."""
-        return self.masks_for(self._row_list, query_positions, dtype, visible_until, self._span)
-
-    def masks_for(self, rows, query_positions, dtype, visible_until=None, spans=None) -> dict[str, torch.Tensor]:
-        """`masks` for reading the slots of `rows` without writing (spans: up to the longest row by default)."""
+    def masks_for(self, rows, query_positions, dtype, spans=None) -> dict[str, torch.Tensor]:
+        """Causal masks for reading the slots of `rows` (spans: up to the longest row by default)."""
         out = {}
         qp = query_positions[:, None, :, None]
         for t in set(self.layer_types):
             span = spans[t] if spans else self.span(t, rows)
             kp = self.key_positions(t, rows, span)[:, None, None, :]
-            if visible_until is None:
-                seen = (kp >= 0) & (kp <= qp)
-            else:
-                seen = (kp >= 0) & (kp < visible_until.to(self.device)[:, None, None, None]) & (qp >= 0)
+            seen = (kp >= 0) & (kp <= qp)
             if self.is_sliding_type(t):
-                seen = seen & ((qp - kp).abs() < self.window)
-            out[t] = torch.zeros(seen.shape, dtype=dtype, device=self.device).masked_fill_(
-                ~seen, torch.finfo(dtype).min
-            )
+                seen = seen & (qp - kp < self.window)
+            out[t] = _additive(seen, dtype)
+        return out
+
+    def block_masks(self, rows: list[int], lengths: list[int], n: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """Bidirectional masks (b, 1, 1, span) for a block of n positions after each row's context (a diffusion
+        canvas at `lengths[i]`..): every query sees the whole context and block, the sliding layers the last
+        `window - 1` context positions (what transformers' sliding cache layer holds) and the block."""
+        self.reserve(max(lengths) + n)  # the block's slots exist before the masks over them are built
+        out = {}
+        hi = torch.tensor(lengths, dtype=torch.long, device=self.device)[:, None, None, None] + n
+        highest = [max(self.written[r], m + n - 1) for r, m in zip(rows, lengths, strict=True)]  # block written
+        for t in set(self.layer_types):
+            span = min(self.slots_of(t), max(lengths) + n)
+            kp = self.key_positions(t, rows, span, highest)[:, None, None, :]
+            seen = (kp >= 0) & (kp < hi)
+            if self.is_sliding_type(t):
+                seen = seen & (kp >= hi - n - (self.window - 1))
+            out[t] = _additive(seen, dtype)
         return out
 
     # --- transformers' Cache interface (what the attention layers call) ------------------------------
@@ -147,22 +172,33 @@ class SlotCache:
         self.bytes_written += 2 * key_states.numel() * k.element_size()
         if self._rows is None:
             return k[:b, :, :span], v[:b, :, :span]
+        if self.row_indexed and b <= ROW_LOOP_MAX:  # the whole buffer as a view, each query row reading its own row
+            keys, values = k[:, :, :span], v[:, :, :span]
+            setattr(keys, ROWS, self._row_list)
+            return keys, values
         self.bytes_gathered += 2 * b * k.shape[1] * span * k.shape[3] * k.element_size()
         return k[self._rows, :, :span], v[self._rows, :, :span]
+
+    def reserve(self, positions: int) -> None:
+        """Make room for positions 0..positions-1 in every row (grows the full layers by doubling)."""
+        if positions > self.capacity:
+            self._grow(positions)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return max(self.written) + 1
 
     # --- bookkeeping ---------------------------------------------------------------------------------
     def _grow(self, need: int) -> None:
-        """Double the full layers' capacity (rare: amortised over the writes that filled it)."""
+        """Double the capacity (rare: amortised over the writes that filled it). The full layers and the rings
+        still below their size keep every position in the same slot, so the old slots are copied as they are."""
         new = max(need, 2 * self.capacity)
         for i, t in enumerate(self.layer_types):
-            if self.is_sliding_type(t) or self.keys[i] is None:
+            size = min(self.ring, new) if self.is_sliding_type(t) else new
+            if self.keys[i] is None or self.keys[i].shape[2] >= size:
                 continue
             for store in (self.keys, self.values):
                 old = store[i]
-                grown = old.new_zeros((*old.shape[:2], new, old.shape[3]))
+                grown = old.new_zeros((*old.shape[:2], size, old.shape[3]))
                 grown[:, :, : old.shape[2]] = old
                 store[i] = grown
                 self.bytes_moved += old.numel() * old.element_size()
@@ -177,3 +213,7 @@ class SlotCache:
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
+
+
+def _additive(seen: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill_(~seen, torch.finfo(dtype).min)

@@ -77,14 +77,14 @@ def test_counts_match_a_hand_count_of_the_router_outputs(moe_adapter):
     counter.label_calls(a, {"prefill": "prefill", "commit": "commit"})
     hand = HandCount(a.model)
     try:
-        prompts = [[10, 11, 12, 13, 14], [20, 21, 22, 23, 24, 25, 26, 27, 28]]  # left padding in row 0
+        prompts = [[10, 11, 12, 13, 14], [20, 21, 22, 23, 24, 25, 26, 27, 28]]  # row 0 padded to the chunk
         gen = torch.Generator().manual_seed(0)
         state = a.prefill(prompts)
         masks = a.canvas_masks(state, C)
         canvas = torch.randint(6, a.vocab_size - 3, (2, C), generator=gen)
         a.denoise(state, canvas, masks)
         a.denoise(state, torch.randint(6, a.vocab_size - 3, (2, C), generator=gen), masks)
-        state = a.commit(state, canvas[:1], [0])  # one row commits (the other gets masked left padding)
+        state = a.commit(state, canvas[:1], [0])  # one row commits (the other is not computed)
         with counter.labelled("ar"):  # a one-token forward on every row, as AR decoding runs it (unlabelled call)
             type(a).commit(a, state, canvas[:, :1])
         raw = counter.raw()
@@ -96,7 +96,7 @@ def test_counts_match_a_hand_count_of_the_router_outputs(moe_adapter):
     assert [s for s, _ in hand.forwards] == ["encoder", "decoder", "decoder", "encoder", "encoder"]
     assert all(len(layers) == 3 for _, layers in hand.forwards)
 
-    valid = [[False] * 4 + [True] * 5, [True] * 9]  # the prefill's real tokens
+    valid = [[True] * 5 + [False] * 4, [True] * 9]  # the prefill's real tokens
     expected = {
         "prefill": [hand_figures(hand.forwards[0][1], 2, valid)],
         "denoise": [hand_figures(hand.forwards[i][1], 2, None) for i in (1, 2)],

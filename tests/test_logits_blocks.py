@@ -86,7 +86,9 @@ def reference_denoise(a: DiffusionGemmaAdapter, state, canvas, masks, sc, sc_row
             probs = sc[i].to(w.dtype).softmax(dim=-1, dtype=torch.float32).to(w.dtype)
             soft[i] = torch.matmul(probs, w) * scale
     hidden = dec.self_conditioning(embeds, soft)
-    positions = state.next_position[:, None] + torch.arange(canvas.shape[1])
+    starts = state.lengths[: canvas.shape[0]]
+    state.cache.begin(None, starts, canvas.shape[1])
+    positions = torch.tensor(starts)[:, None] + torch.arange(canvas.shape[1])
     hidden = a._decoder_layers(hidden, positions, masks, state.cache)
     head = a.model.lm_head.weight
     return torch.stack([torch.matmul(hidden[i], head.t()).float() for i in range(canvas.shape[0])])
@@ -203,7 +205,7 @@ def test_extra_memory_at_the_real_vocabulary_is_within_1_5_u(dtype, kind):
     u = b * c * v * 4
     workspace = out.nbytes + (sc.nbytes if sc is not out else 0)
     held = list(a.model.parameters()) + list(a.model.buffers()) + [sc, out]
-    held += [t for layer in state.cache.layers for t in (layer.keys, layer.values)]
+    held += [t for t in state.cache.keys + state.cache.values if t is not None]
     with torch.no_grad(), LiveBytes(ignore=held) as mode, WeightReads(a.model.lm_head.weight) as reads:
         a.denoise(state, canvas, masks, sc, [True] * b, out=out)
     assert reads.counts == {"embedding": 1, "lm_head": 1}

@@ -175,26 +175,23 @@ def test_kv_bytes_per_token_by_hand():
 
 @pytest.mark.parametrize("prompt", [40, 10])
 def test_kv_estimate_matches_the_measured_cache(prompt):
-    """Prefill then commit canvases on a real DynamicCache: full layers exactly context x bytes; sliding layers hold
-    a `window - 1` view, but its storage is the whole last concatenation (the prompt, then window - 1 + C)."""
+    """The adapter's slot cache after a prefill and three commits: full layers hold context + C slots per row,
+    sliding layers a ring of min(context, window - 1) + C, exactly what the estimate says."""
+    from models.diffusion_gemma import DiffusionGemmaAdapter
+    from models.tiny import char_tokenizer
+
     c, b = 16, 2
     cfg = small_config(canvas=c)
     tc = text_config_of(cfg)
-    model = _tiny_model(cfg)
-    full_bytes, sliding_bytes, window = kv_bytes_per_token(tc, 4)
-    cache = DynamicCache(config=tc)
-    enc = model.model.encoder
-    sliding_peak, context = 0, 0
-    with torch.no_grad():
-        for chunk in [prompt, c, c, c]:
-            enc(input_ids=torch.randint(3, 500, (b, chunk)), past_key_values=cache)
-            context += chunk
-            assert _storage_bytes(cache, full=True) == b * full_bytes * context
-            views = sum(t.nbytes for layer in cache.layers if layer.is_sliding for t in (layer.keys, layer.values))
-            assert views == b * sliding_bytes * min(context, window - 1)
-            sliding_peak = max(sliding_peak, _storage_bytes(cache, full=False))
-    assert sliding_peak == b * sliding_bytes * memory.sliding_storage_tokens(window, context, prompt, c)
-    assert kv_cache_bytes(tc, b, context, c, 4, prompt) == b * full_bytes * context + sliding_peak
+    adapter = DiffusionGemmaAdapter.from_model(_tiny_model(cfg), char_tokenizer())
+    prompts = [[5 + (i + j) % 50 for j in range(prompt - i)] for i in range(b)]
+    state = adapter.prefill(prompts, adapter.open(b), grow=3 * c)
+    for _ in range(3):
+        state = adapter.commit(state, torch.randint(3, 500, (b, c)))
+    context = prompt + 3 * c
+    assert state.lengths == [context - i for i in range(b)]
+    assert state.cache.nbytes() == kv_cache_bytes(tc, b, context, c, 4)
+    assert state.cache.bytes_moved == 0  # reserved at admission: the cache never grew
 
 
 # ---------------------------------------------------------------------------------------------- activations
@@ -260,7 +257,8 @@ def test_estimate_terms_and_phases(big):
     u = 8 * 256 * 262_144 * 4
     assert e.weights == params * 2
     assert e.total == e.weights + e.kv_cache + e.logits + e.activations
-    assert e.phase in ("decode", "commit") and e.logits in (int(1.5 * u), u)
+    row = 256 * 262_144 * 4
+    assert e.phase in ("decode", "commit") and e.logits in (int(1.5 * u) + memory.ROW_LOGITS_BUFFERS * row, u)
     # a long prompt makes the prefill (B x P tokens through the MoE at once) the peak; eager adds its scores
     long = estimate_decode_peak(cfg, 8, 4096, 256, 2, prompt_tokens=3840, parameters=params)
     assert long.phase == "prefill" and long.total > e.total
