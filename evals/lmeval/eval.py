@@ -6,7 +6,10 @@ and the extracted answer) with our per-sample decode records on (task, doc_id). 
 - samples_scored.jsonl: the same rows joined with lm-eval's scores, written atomically at the end;
 - lm_eval_results.json: lm-eval's aggregate results, task configs and versions.
 Datasets caching is switched off while lm-eval loads tasks: a cached `process_docs` map (GPQA's choice
-shuffle reads Python's global `random`) would otherwise replay the first seed's order for every seed.
+shuffle reads Python's global `random`) would otherwise replay the first seed's order for every seed. lm-eval
+runs `process_docs` again each time it reads a task's docs (at load, when it builds the requests, and once per
+filter when it scores), so without the cache every read would shuffle anew and replies would be scored against
+another choice order than their prompt showed: each task's docs are processed once per run (`docs_processed_once`).
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ class LmEvalEval(Eval):
             max_gen_toks=self.max_new_tokens,
             extra_stop=self.stop_strings,
         )
-        with datasets_caching_off():
+        with datasets_caching_off(), docs_processed_once():
             out = lm_eval.simple_evaluate(
                 model=lm,
                 tasks=tasks,
@@ -231,3 +234,32 @@ def datasets_caching_off():
     finally:
         if was:
             datasets.enable_caching()
+
+
+DOC_SPLITS = ("training_docs", "validation_docs", "test_docs")
+
+
+@contextlib.contextmanager
+def docs_processed_once():
+    """While lm-eval runs, each task's processed docs per split are computed once (the first read, at task load,
+    under simple_evaluate's seed) and every later read returns the same docs: prompt and scoring see one order."""
+    from lm_eval.api.task import ConfigurableTask
+
+    originals = {name: getattr(ConfigurableTask, name) for name in DOC_SPLITS}
+
+    def once(name, read):
+        def docs(self):
+            memo = self.__dict__.setdefault("_docs_once", {})
+            if name not in memo:
+                memo[name] = read(self)
+            return memo[name]
+
+        return docs
+
+    for name, read in originals.items():
+        setattr(ConfigurableTask, name, once(name, read))
+    try:
+        yield
+    finally:
+        for name, read in originals.items():
+            setattr(ConfigurableTask, name, read)
