@@ -37,7 +37,13 @@ from harness.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_s
 ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
 # The failure-mode figures (evals.diagnostics) shown beside quality and TPF; `length_ratio_vs_ar` is filled in
 # here, per eval, where the table holds an AR run on the same items.
-DIAGNOSTIC_COLUMNS = ["stutter_rate", "mean_output_tokens", "length_ratio_vs_ar", "unclosed_thought_rate"]
+DIAGNOSTIC_COLUMNS = [
+    "format_ok_rate",
+    "stutter_rate",
+    "mean_output_tokens",
+    "length_ratio_vs_ar",
+    "unclosed_thought_rate",
+]
 SAMPLER_PREFIX = "sampler."
 REPORT_PREFIX = "report_"  # report_<metric>: the published value beside the measured <metric>
 NUMERIC_COLUMNS = [

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import re
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,8 @@ from evals.gpqa import GPQAEval
 from evals.gpqa.tasks import local_task_yaml
 from evals.lmeval.eval import SAMPLES_SCORED, datasets_caching_off
 from harness.store import ResultStore
+from tests.helpers.gpqa_fixture import DATA, correct_answer, letter_of
 
-DATA = Path(__file__).parent / "fixtures" / "gpqa" / "gpqa_made_up.jsonl"
 TASK = "gpqa_diamond_cot_zeroshot"
 
 
@@ -120,52 +119,20 @@ def test_loglikelihood_is_refused(tiny_diffusion_dir, adapter_factory, tmp_path)
             fn([])
 
 
-class ReplayDecoder:
-    """A decoder that answers every GPQA prompt with a fixed realistic reply naming the correct letter, ending in
-    one space (the generation stopped on a space token), as token ids of the tiny models' tokenizer.
-
-    No model writes this reply on demand here; what is under test is the live path from those tokens to lm-eval's
-    score (DecoderLM's reply text, lm-eval's own filters and metric), which runs for real."""
-
-    label, resumable = "ar", True
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        rows = [json.loads(line) for line in DATA.read_text().splitlines()]
-        self.correct = {r["Question"]: r["Correct Answer"] for r in rows}
-
-    def encode(self, prompt):
-        from contract.text import encode_prompt
-
-        return encode_prompt(self.tokenizer, prompt)
-
-    def describe(self):
-        return {"decoder": "replay"}
-
-    def reply(self, prompt: str) -> str:
-        right = next(a for q, a in self.correct.items() if f"question:{q}\n" in prompt)
-        letter = next(m[1] for m in re.finditer(r"^\(([A-D])\) (.*)$", prompt, re.M) if m[2] == right)
-        return f"Weighing each choice against the question, only one fits. The answer is {letter} "
-
-    def stream(self, requests, batch_size):
-        from contract.records import GenerationResult
-
-        for r in requests:
-            ids = self.tokenizer(self.reply(self.tokenizer.decode(r.prompt_ids)), add_special_tokens=False)
-            ids = ids["input_ids"] + [self.tokenizer.eos_token_id]
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            yield GenerationResult(r.sample_id, ids, text, nfe=len(ids), wall_time_s=0.01, latency_s=0.01)
-
-
 def test_live_path_scores_trailing_space_reply_as_lm_eval(tmp_path):
     """Issue 26: `... The answer is B ` is right under strict-match in the live lm-eval path too (the reply is
     handed to the filters unstripped, as lm-eval's own model classes hand it), and the offline re-scoring of the
     stored raw text agrees with what lm-eval scored."""
     from evals.gpqa import extract_answers
     from models.tiny import char_tokenizer
+    from tests.helpers.replay import ReplayDecoder
+
+    def reply(prompt: str) -> str:  # realistic, ending in one space: the generation stopped on a space token
+        letter = letter_of(prompt, correct_answer(prompt))
+        return f"Weighing each choice against the question, only one fits. The answer is {letter} "
 
     ev = GPQAEval(data_files=str(DATA), limit=4, max_new_tokens=128, main_filter="strict-match")
-    metrics = ev.run(ReplayDecoder(char_tokenizer()), ResultStore(tmp_path / "run"), batch_size=2, seed=0)
+    metrics = ev.run(ReplayDecoder(char_tokenizer(), reply), ResultStore(tmp_path / "run"), batch_size=2, seed=0)
     assert metrics["quality"] == 1.0 and metrics["no_answer"] == 0
     rows = [json.loads(line) for line in (tmp_path / "run" / SAMPLES_SCORED).read_text().splitlines()]
     for r in rows:

@@ -175,6 +175,7 @@ class LmEvalEval(Eval):
                     raise RuntimeError(f"lm-eval scored {task}/{doc_id} but no decode row exists for it")
                 main = d["filters"].get(filt, {})
                 answer = main.get("answer")
+                format_ok = self.format_ok(d["filters"], filt)
                 for sid in sids:
                     rows.append(
                         {
@@ -186,11 +187,16 @@ class LmEvalEval(Eval):
                             "main_metric": f"{metric},{filt}",
                             "correct": float(main.get(metric, 0.0)),
                             "answer": answer,
-                            "no_answer": answer is None or str(answer).strip() in ("", INVALID),
+                            "no_answer": _no_match(answer),
+                            "format_ok": format_ok,
                             **self.doc_fields(d["doc"]),
                         }
                     )
         return rows
+
+    def format_ok(self, filters: dict[str, dict[str, Any]], main_filter: str) -> bool:
+        """The reply has the form the scorer reads: the main filter matched something (right or wrong)."""
+        return not _no_match(filters.get(main_filter, {}).get("answer"))
 
     def main_key(self, out: dict[str, Any], task: str) -> tuple[str, str]:
         """(metric, filter) of `task` that defines `correct` and `quality`."""
@@ -220,6 +226,11 @@ class LmEvalEval(Eval):
             "unclosed_thought_rate": sum(bool(r.get("unclosed_thought")) for r in rows) / n if n else 0.0,
             "with_thought": sum(bool(r.get("has_thought")) for r in rows),
         }
+
+
+def _no_match(answer: Any) -> bool:
+    """A filter's answer that is no match: missing, empty, or the regex filters' fallback."""
+    return answer is None or str(answer).strip() in ("", INVALID)
 
 
 @contextlib.contextmanager
