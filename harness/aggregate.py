@@ -31,7 +31,7 @@ from contract.records import decode_metrics
 from evals.diagnostics import run_diagnostics
 from harness.dominance import add_dominance, default_knobs, describe, matches_knobs
 from harness.fronts import annotate_fronts
-from harness.scaling import crossovers, format_scaling, scaling_series
+from harness.scaling import crossovers, format_latency, format_scaling, scaling_series
 from harness.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_samples
 
 ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
@@ -316,6 +316,9 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     if "reference_run" in table:
         print("\nDominance over the checkpoint's default sampler (paired test on the same items):")
         print(describe(table))
+    if latency := format_latency(table):
+        print("\nLatency as users see it (seconds; per-user tokens/s: median and the rate 95% / 99% of users get):")
+        print(latency)
     if not (series := scaling_series(table)).empty:
         print("\nThroughput vs concurrency (runs of one model at several batch sizes):")
         print(format_scaling(series, crossovers(series)))

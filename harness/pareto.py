@@ -35,7 +35,7 @@ from harness.aggregate import SAMPLER_PREFIX, cli_parser, print_summary, summari
 from harness.front_figure import MARKERS, X_AXES, pareto_figure
 from harness.pareto_html import pareto_html
 from harness.plot_points import KIND_NAMES, POINT_COLUMNS, plot_points, series_colors, series_order
-from harness.scaling import crossovers, scaling_figure, scaling_series
+from harness.scaling import crossovers, latency_figure, scaling_figure, scaling_series
 from harness.store import read_samples
 
 # ---- figures ----------------------------------------------------------------------------------------------
@@ -256,6 +256,8 @@ def make_report(
     for ev, g in series.groupby("eval", sort=True):
         fig = scaling_figure(g, [x for x in found if x.eval == ev], f"throughput vs concurrency: {ev}")
         report.files += save_figure(fig, out_dir, f"scaling_{safe_stem(ev)}")
+        fig = latency_figure(g, f"latency vs throughput over concurrency: {ev}")
+        report.files += save_figure(fig, out_dir, f"latency_{safe_stem(ev)}")
     seen: set[str] = set()
     steps = []
     for _, r in table.iterrows():
