@@ -31,6 +31,7 @@ from contract.records import decode_metrics
 from evals.diagnostics import run_diagnostics
 from harness.dominance import add_dominance, default_knobs, describe, matches_knobs
 from harness.fronts import annotate_fronts
+from harness.lengths import format_lengths, length_crossovers, length_series
 from harness.scaling import crossovers, format_latency, format_scaling, scaling_series
 from harness.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_samples
 
@@ -322,6 +323,9 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     if not (series := scaling_series(table)).empty:
         print("\nThroughput vs concurrency (runs of one model at several batch sizes):")
         print(format_scaling(series, crossovers(series)))
+    if not (lengths := length_series(table)).empty:
+        print("\nSingle-user speed vs output length (batch 1; where diffusion beats each AR baseline):")
+        print(format_lengths(lengths, length_crossovers(lengths)))
     if broken := table.attrs.get("broken"):
         print(f"\n{len(broken)} broken run(s), not in the table:")
         for run_dir, why in broken:

@@ -33,6 +33,7 @@ from matplotlib.ticker import MaxNLocator
 
 from harness.aggregate import SAMPLER_PREFIX, cli_parser, print_summary, summarize, tpf_range, write_table
 from harness.front_figure import MARKERS, X_AXES, pareto_figure
+from harness.lengths import length_crossovers, length_figure, length_series
 from harness.pareto_html import pareto_html
 from harness.plot_points import KIND_NAMES, POINT_COLUMNS, plot_points, series_colors, series_order
 from harness.scaling import crossovers, latency_figure, scaling_figure, scaling_series
@@ -258,6 +259,11 @@ def make_report(
         report.files += save_figure(fig, out_dir, f"scaling_{safe_stem(ev)}")
         fig = latency_figure(g, f"latency vs throughput over concurrency: {ev}")
         report.files += save_figure(fig, out_dir, f"latency_{safe_stem(ev)}")
+    lengths = length_series(table)  # batch-1 runs at several output lengths: where diffusion overtakes AR
+    found_lengths = length_crossovers(lengths)
+    for ev, g in lengths.groupby("eval", sort=True):
+        fig = length_figure(g, [x for x in found_lengths if x.eval == ev], f"single-user speed vs output length: {ev}")
+        report.files += save_figure(fig, out_dir, f"length_crossover_{safe_stem(ev)}")
     seen: set[str] = set()
     steps = []
     for _, r in table.iterrows():
