@@ -42,7 +42,7 @@ class Decoder(Protocol):
 
     def stream(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
         """Decode with at most `batch_size` requests in flight; yield each result as soon as it is final,
-        with `wall_time_s` (its share of the decode wall time) and `latency_s` set."""
+        with `wall_time_s` (its share of the decode wall time), `latency_s` and `ttft_s` set."""
 
     def describe(self) -> dict[str, Any]:
         """Flat facts recorded with every run (model id, dtype, decoding mode...)."""
@@ -117,7 +117,8 @@ def stream_in_batches(
 ) -> Iterator[GenerationResult]:
     """`Decoder.stream` for decoders that decode whole batches: consecutive batches of `batch_size`.
 
-    A batch's wall time is shared equally among its samples; each sample's latency is the batch's."""
+    A batch's wall time is shared equally among its samples; each sample's latency is the batch's, and so is its
+    time to first token (nothing is shown before the batch ends)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     it = iter(requests)
@@ -126,7 +127,7 @@ def stream_in_batches(
         results = generate(batch)
         wall = time.perf_counter() - t0
         for res in results:
-            res.wall_time_s, res.latency_s = wall / len(batch), wall
+            res.wall_time_s, res.latency_s, res.ttft_s = wall / len(batch), wall, wall
             yield res
 
 

@@ -54,6 +54,9 @@ class GenerationResult:
     finished_by: str = "length"  # "eos" | "stop" | "length"
     wall_time_s: float = 0.0  # this sample's share of the decode wall time (shares sum to the run's wall time)
     latency_s: float = 0.0  # admitted -> finished: what one user waits (per-user tokens/s = tokens / latency)
+    # admitted -> the first output token is final (AR: the first accepted token; diffusion: the first committed
+    # canvas; whole-batch decoders: the batch's end): what a streaming user waits before seeing anything
+    ttft_s: float | None = None
     row_forwards: int = 0  # batch rows computed while this sample was in flight (nfe of them did work)
     steps_per_canvas: list[int] = field(default_factory=list)
     step_cap_hits: int = 0  # canvases that used every allowed denoising step
@@ -80,7 +83,7 @@ class GenerationResult:
         return d
 
 
-def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
+def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float | None]:
     """Benchmark-level decode figures from per-sample result dicts (as stored in samples.jsonl)."""
     n = len(results)
     tokens = sum(r["num_tokens"] for r in results)
@@ -91,6 +94,7 @@ def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
     row_forwards = sum(r.get("row_forwards", 0) for r in results)
     latency = sorted(r.get("latency_s", 0.0) for r in results)
     user_tps = [r["num_tokens"] / r["latency_s"] for r in results if r.get("latency_s")]
+    ttft = [r["ttft_s"] for r in results if r.get("ttft_s") is not None]
     return {
         "num_samples": n,
         "num_tokens": tokens,
@@ -106,7 +110,36 @@ def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float]:
         "row_utilization": nfe / row_forwards if row_forwards else 0.0,
         "median_latency_s": latency[len(latency) // 2] if latency else 0.0,
         "mean_user_tokens_per_second": sum(user_tps) / len(user_tps) if user_tps else 0.0,
+        **latency_percentiles(latency, ttft, user_tps),
     }
+
+
+LATENCY_QUANTILES = (50, 95, 99)
+# per-user tokens/s: the median and the rate that 95% / 99% of users get at least (the slow tail is low)
+USER_RATE_QUANTILES = (50, 5, 1)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation between order statistics (numpy's default)."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def latency_percentiles(latency: list[float], ttft: list[float], user_tps: list[float]) -> dict[str, float | None]:
+    """What users see, per run: `latency_p50_s`.. (admitted -> finished), `ttft_p50_s`.. (admitted -> first token)
+    and `user_tokens_per_second_p50` / `_p5` / `_p1` (tokens / latency per sample); None where not recorded."""
+    out: dict[str, float | None] = {}
+    for q in LATENCY_QUANTILES:
+        out[f"latency_p{q}_s"] = percentile(latency, q)
+        out[f"ttft_p{q}_s"] = percentile(ttft, q)
+    for q in USER_RATE_QUANTILES:
+        out[f"user_tokens_per_second_p{q}"] = percentile(user_tps, q)
+    return out
 
 
 def item_sha(sample_id: str, prompt: Any, target: Any = None) -> str:

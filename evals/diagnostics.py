@@ -11,6 +11,9 @@ AR and AR+draft alike.
   reached the output appeared.
 - **Terse answers**: output length in tokens, and vs an AR run on the same items (`length_ratio_vs_ar`).
 - **Unclosed thoughts**: counted where rows carry `unclosed_thought` (lm-eval tasks).
+- **Format success**: the share of samples whose output has the form the eval's scorer reads, right or wrong
+  (`format_ok`, set by each eval's scorer: a complete Sudoku grid, GPQA's strict "The answer is (X)", a
+  LiveCodeBench block that compiles, an lm-eval filter's match, valid JSON, a prompts regex / schema).
 - **How samples end** (`finished_by`: eos / stop / length) as rates; the step-cap hit rate is in
   `contract.records.decode_metrics`.
 
@@ -184,6 +187,7 @@ def run_diagnostics(
     """Run figures over stored rows (see `RUN_KEYS`); `{}` for no rows.
 
     - `unclosed_thought_rate`: only where rows carry `unclosed_thought`;
+    - `format_ok_rate` / `format_failures`: over the rows whose eval measured `format_ok`;
     - `mean_stutter_first_step` / `mean_stutter_first_canvas`: over stuttering rows with a trajectory;
     - with `baseline_rows` (e.g. an AR run on the same items), matched on `sample_id`:
       `length_ratio_vs_<label>` = output tokens / the baseline's, summed over the shared items, and
@@ -208,6 +212,9 @@ def run_diagnostics(
         out[f"finished_by_{reason}_rate"] = sum(d.get("finished_by") == reason for d in diags) / n
     if any("unclosed_thought" in r for r in rows):
         out["unclosed_thought_rate"] = sum(bool(r.get("unclosed_thought")) for r in rows) / n
+    if formatted := [bool(r["format_ok"]) for r in rows if r.get("format_ok") is not None]:
+        out["format_ok_rate"] = sum(formatted) / len(formatted)
+        out["format_failures"] = len(formatted) - sum(formatted)
     origins = [d for d in diags if d.get("diag_stutter_step") is not None]
     if origins:
         out["mean_stutter_first_step"] = _mean([d["diag_stutter_step"] for d in origins])

@@ -31,13 +31,20 @@ from contract.records import decode_metrics
 from evals.diagnostics import run_diagnostics
 from harness.dominance import add_dominance, default_knobs, describe, matches_knobs
 from harness.fronts import annotate_fronts
-from harness.scaling import crossovers, format_scaling, scaling_series
+from harness.lengths import format_lengths, length_crossovers, length_series
+from harness.scaling import crossovers, format_latency, format_scaling, scaling_series
 from harness.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_samples
 
 ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
 # The failure-mode figures (evals.diagnostics) shown beside quality and TPF; `length_ratio_vs_ar` is filled in
 # here, per eval, where the table holds an AR run on the same items.
-DIAGNOSTIC_COLUMNS = ["stutter_rate", "mean_output_tokens", "length_ratio_vs_ar", "unclosed_thought_rate"]
+DIAGNOSTIC_COLUMNS = [
+    "format_ok_rate",
+    "stutter_rate",
+    "mean_output_tokens",
+    "length_ratio_vs_ar",
+    "unclosed_thought_rate",
+]
 SAMPLER_PREFIX = "sampler."
 REPORT_PREFIX = "report_"  # report_<metric>: the published value beside the measured <metric>
 NUMERIC_COLUMNS = [
@@ -310,9 +317,15 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     if "reference_run" in table:
         print("\nDominance over the checkpoint's default sampler (paired test on the same items):")
         print(describe(table))
+    if latency := format_latency(table):
+        print("\nLatency as users see it (seconds; per-user tokens/s: median and the rate 95% / 99% of users get):")
+        print(latency)
     if not (series := scaling_series(table)).empty:
         print("\nThroughput vs concurrency (runs of one model at several batch sizes):")
         print(format_scaling(series, crossovers(series)))
+    if not (lengths := length_series(table)).empty:
+        print("\nSingle-user speed vs output length (batch 1; where diffusion beats each AR baseline):")
+        print(format_lengths(lengths, length_crossovers(lengths)))
     if broken := table.attrs.get("broken"):
         print(f"\n{len(broken)} broken run(s), not in the table:")
         for run_dir, why in broken:

@@ -279,6 +279,7 @@ class BlockDiffusionDecoder:
             if cfg.capture_trajectory:  # the accepted mask rides in the same read
                 parts.append(out.keep.long())
             host = torch.cat(parts, dim=1).cpu().tolist()  # the one device read of the step
+            read_at = time.perf_counter()  # a canvas that stopped in this step is final from here on
             trajectory = out.mean_entropy.tolist() if cfg.capture_trajectory else None
 
             leaving, committing = [], []
@@ -309,6 +310,8 @@ class BlockDiffusionDecoder:
                 if not fin and row.step < cfg.max_steps:
                     continue
                 res.step_cap_hits += int(not fin)
+                if res.ttft_s is None:  # the first committed canvas: its tokens can be shown
+                    res.ttft_s = read_at - row.admitted
                 row.outputs.extend(argmax)
                 _, _, reason = cut_at_stop(self.tokenizer, row.outputs, model.eos_ids, row.req.stop_strings)
                 if reason != "length" or len(row.outputs) >= row.req.max_new_tokens:
@@ -389,6 +392,10 @@ class BlockDiffusionDecoder:
                     if not done[i]:
                         self._open_canvas(rows[i].result)
             canvas = self._lockstep_canvas(state, done, rows)
+            if k == 0:  # the first committed canvas of every row
+                read_at = time.perf_counter()
+                for row in rows:
+                    row.result.ttft_s = read_at - row.admitted
             was_done = list(done)
             host = canvas.tolist()
             for i, row in enumerate(rows):

@@ -36,7 +36,18 @@ from urllib.parse import urlparse
 if TYPE_CHECKING:
     import pandas as pd  # only the sweep summary and read-back touch pandas; jobs need not import it
 
-SAMPLE_COLUMNS = ["sample_id", "text", "correct", "tpf", "nfe", "num_tokens", "finished_by"]
+SAMPLE_COLUMNS = [
+    "sample_id",
+    "text",
+    "correct",
+    "format_ok",
+    "tpf",
+    "nfe",
+    "num_tokens",
+    "finished_by",
+    "ttft_s",
+    "latency_s",
+]
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 
 log = logging.getLogger(__name__)
@@ -208,10 +219,13 @@ class WandbLogger:
                     r["sample_id"],
                     _truncate(r.get("text"), self.text_chars),
                     r.get("correct"),
+                    r.get("format_ok"),
                     r.get("tpf"),
                     r.get("nfe"),
                     r.get("num_tokens"),
                     r.get("finished_by"),
+                    r.get("ttft_s"),
+                    r.get("latency_s"),
                 ]
                 for r in rows
             ],

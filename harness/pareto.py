@@ -9,7 +9,8 @@ the default sampler starred, labels that never overlap) lives in `harness.front_
 CLI: `python -m harness.pareto PATH... --out outputs/plots` writes the run table (see harness.aggregate; with the
 point columns of harness.plot_points), per eval `pareto_<eval>_tpf.{png,svg,html}`,
 `pareto_<eval>_tokens_per_second.{png,svg,html}` (the pages load `plotly.min.js`, written once beside them) and
-`diagnostics_<eval>.{png,svg}` (stutter rate, output length, step-cap rate vs TPF per sampler family), and per run
+`diagnostics_<eval>.{png,svg}` (stutter rate, output length, step-cap rate, format success vs TPF per sampler
+family), and per run
 `runs/<run>_steps.{png,svg}` (steps per canvas, step cap marked) and `runs/<run>_canvas_<sample>.{png,svg}`
 (canvas evolution, when trajectories were captured). `make_report` is the same, as a function.
 """
@@ -32,9 +33,10 @@ from matplotlib.ticker import MaxNLocator
 
 from harness.aggregate import SAMPLER_PREFIX, cli_parser, print_summary, summarize, tpf_range, write_table
 from harness.front_figure import MARKERS, X_AXES, pareto_figure
+from harness.lengths import length_crossovers, length_figure, length_series
 from harness.pareto_html import pareto_html
 from harness.plot_points import KIND_NAMES, POINT_COLUMNS, plot_points, series_colors, series_order
-from harness.scaling import crossovers, scaling_figure, scaling_series
+from harness.scaling import crossovers, latency_figure, scaling_figure, scaling_series
 from harness.store import read_samples
 
 # ---- figures ----------------------------------------------------------------------------------------------
@@ -44,14 +46,15 @@ DIAGNOSTIC_PANELS = {
     "stutter_rate": "stutter rate (samples with a repeat loop)",
     "mean_output_tokens": "mean output tokens",
     "step_cap_hit_rate": "step-cap hit rate (canvases)",
+    "format_ok_rate": "format success (outputs the scorer can read)",
 }
 
 
 def diagnostics_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) -> Figure:
-    """Small multiples for the runs of one eval: stutter rate, mean output length and step-cap hit rate vs `x`,
-    one line per sampler family (per model when several), baselines as markers. AR runs have no canvases, so
-    they are left out of the step-cap panel."""
-    fig = Figure(figsize=(13, 4.2), layout="constrained")
+    """Small multiples for the runs of one eval: stutter rate, mean output length, step-cap hit rate and format
+    success vs `x`, one line per sampler family (per model when several), baselines as markers. AR runs have no
+    canvases, so they are left out of the step-cap panel."""
+    fig = Figure(figsize=(17, 4.2), layout="constrained")
     axes = fig.subplots(1, len(DIAGNOSTIC_PANELS), sharex=True)
     pts = df if set(POINT_COLUMNS) <= set(df) else plot_points(df)
     colors = series_colors(pts) if len(pts) else {}
@@ -254,6 +257,13 @@ def make_report(
     for ev, g in series.groupby("eval", sort=True):
         fig = scaling_figure(g, [x for x in found if x.eval == ev], f"throughput vs concurrency: {ev}")
         report.files += save_figure(fig, out_dir, f"scaling_{safe_stem(ev)}")
+        fig = latency_figure(g, f"latency vs throughput over concurrency: {ev}")
+        report.files += save_figure(fig, out_dir, f"latency_{safe_stem(ev)}")
+    lengths = length_series(table)  # batch-1 runs at several output lengths: where diffusion overtakes AR
+    found_lengths = length_crossovers(lengths)
+    for ev, g in lengths.groupby("eval", sort=True):
+        fig = length_figure(g, [x for x in found_lengths if x.eval == ev], f"single-user speed vs output length: {ev}")
+        report.files += save_figure(fig, out_dir, f"length_crossover_{safe_stem(ev)}")
     seen: set[str] = set()
     steps = []
     for _, r in table.iterrows():

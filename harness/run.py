@@ -189,6 +189,7 @@ def _run(cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: in
     else:
         metrics = run_items(ev, decoder, store, batch_size=batch_size, seed=cfg.seed, items=items)
     metrics["batch_size"] = batch_size
+    metrics["max_new_tokens"] = ev.max_new_tokens  # the output-length cap (experiment=output_lengths sweeps it)
     if experts is not None:
         if experts.forwards():
             metrics["experts_per_forward"] = experts.summary()

@@ -6,6 +6,10 @@ at two or more batch sizes (`experiment=report_batch_scaling`) form a scaling se
 concurrency where a challenger's total tokens/s first reaches the block-diffusion model's, interpolated
 linearly on log2(concurrency) between the two measured batch sizes around it (None when it never does in the
 measured range). Batch size = concurrency: the engine keeps that many requests in flight while the queue lasts.
+
+What a user waits is the other side of throughput: per run the p50 / p95 / p99 time to first token and end-to-end
+latency and per-user tokens/s (`format_latency`), and over concurrency latency against total tokens/s
+(`latency_figure`: more users buy throughput with waiting).
 """
 
 from __future__ import annotations
@@ -17,6 +21,11 @@ import pandas as pd
 
 TOTAL, PER_USER = "tokens_per_second", "mean_user_tokens_per_second"
 SERIES = ["eval", "model", "label"]
+LATENCY_COLUMNS = [
+    *(f"ttft_p{q}_s" for q in (50, 95, 99)),
+    *(f"latency_p{q}_s" for q in (50, 95, 99)),
+    *(f"user_tokens_per_second_p{q}" for q in (50, 5, 1)),
+]
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,7 @@ def format_scaling(series: pd.DataFrame, found: list[Crossover]) -> str:
     """The scaling table (per-user and total tokens/s by concurrency) and one line per crossover."""
     if series.empty:
         return ""
-    cols = [c for c in [*SERIES, "batch_size", PER_USER, TOTAL, "tpf"] if c in series]
+    cols = [c for c in [*SERIES, "batch_size", PER_USER, TOTAL, "tpf", "ttft_p50_s", "latency_p95_s"] if c in series]
     lines = [series[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")]
     for x in found:
         at = f"{x.concurrency:.3g} concurrent requests" if x.concurrency else "not reached in the measured range"
@@ -113,4 +122,41 @@ def scaling_figure(series: pd.DataFrame, found: list[Crossover], title: str | No
         ax.legend(fontsize=8)
     fig.suptitle(title or "throughput vs concurrency")
     fig.tight_layout()
+    return fig
+
+
+def format_latency(table: pd.DataFrame) -> str:
+    """Per run: the time-to-first-token, latency and per-user tokens/s percentiles ("" when none were recorded)."""
+    cols = [c for c in LATENCY_COLUMNS if c in table]
+    if table.empty or not cols or table[cols].isna().all().all():
+        return ""
+    ids = [c for c in ["run_name", "label", "batch_size"] if c in table]
+    return table[ids + cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def latency_figure(series: pd.DataFrame, title: str | None = None):
+    """Latency against throughput over concurrency: time to first token and end-to-end latency (p50 solid, p95
+    dashed) vs total tokens/s, one line per model through its batch sizes, each point labelled with its
+    concurrency."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    axes = fig.subplots(1, 2)
+    panels = ((axes[0], "ttft", "time to first token (s)"), (axes[1], "latency", "end-to-end latency (s)"))
+    for ax, key, name in panels:
+        for i, ((_, model, label), g) in enumerate(series.groupby(SERIES, sort=True)):
+            for q, style in ((50, "-"), (95, "--")):
+                col = f"{key}_p{q}_s"
+                if col not in g or g[col].isna().all():
+                    continue
+                marker = "o" if label == "diffusion" else "s"
+                ax.plot(g[TOTAL], g[col], style, marker=marker, color=f"C{i}", label=f"{model} p{q}")
+                if q == 50:
+                    for x, y, c in zip(g[TOTAL], g[col], g["batch_size"], strict=True):
+                        ax.annotate(f"{c:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.set_xlabel("total tokens/s (all users)")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title or "latency vs throughput over concurrency (points: concurrent requests)")
     return fig

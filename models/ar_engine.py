@@ -254,6 +254,8 @@ class AREngine:
 
     def _extend(self, s: _Seq, toks: list[int]) -> bool:
         """Append new tokens; True when the sequence ended (EOS, stop string or length)."""
+        if not s.tokens and toks:  # the first accepted token: what a streaming user sees first
+            s.result.ttft_s = time.perf_counter() - s.admitted
         s.tokens.extend(toks)
         if len(s.tokens) >= s.req.max_new_tokens or not self.eos_ids.isdisjoint(toks):
             return True

@@ -202,9 +202,10 @@ def test_diagnostics_figure_series_per_family(tmp_path):
         stutter_rate=[0.13, 0.0, 0.02, 0.0],
         mean_output_tokens=[36.0, 36.0, 36.0, 40.0],
         step_cap_hit_rate=[1.0, 0.01, 0.2, 0.0],
+        format_ok_rate=[0.6, 1.0, 0.9, 1.0],
     )
     fig = diagnostics_figure(table)
-    stutter, length, cap = fig.axes
+    stutter, length, cap, form = fig.axes
     lines = {ln.get_label(): ln for ln in stutter.lines}
     assert set(lines) == {"AR", "confidence_threshold", "entropy_bound"}
     assert list(lines["entropy_bound"].get_xdata()) == [8.0, 36.0]  # sorted by TPF, one line
@@ -212,6 +213,12 @@ def test_diagnostics_figure_series_per_family(tmp_path):
     assert lines["AR"].get_linestyle() == "None"  # a baseline is a marker
     assert {ln.get_label() for ln in cap.lines} == {"confidence_threshold", "entropy_bound"}  # AR has no canvases
     assert [ln.get_ydata()[0] for ln in length.lines if ln.get_label() == "AR"] == [40.0]
+    formats = {ln.get_label(): ln for ln in form.lines}  # format success vs TPF, per family, AR included
+    assert set(formats) == {"AR", "confidence_threshold", "entropy_bound"}
+    assert list(formats["entropy_bound"].get_ydata()) == [1.0, 0.6] and "format success" in form.get_title()
+    # a table without format figures (runs from before format_ok existed) says so in that panel
+    empty = diagnostics_figure(table.drop(columns="format_ok_rate")).axes[3]
+    assert [t.get_text() for t in empty.texts] == ["not recorded"]
     assert "e: failure modes" in fig._suptitle.get_text()
     no_diag = diagnostics_figure(table.drop(columns=["stutter_rate"]))
     assert [t.get_text() for t in no_diag.axes[0].texts] == ["not recorded"]

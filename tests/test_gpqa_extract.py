@@ -87,6 +87,12 @@ PLAIN = [
     "The answer is Nitrogen.",
     "**The answer is (D).**",
     "I am not sure.",
+    # the generation stopped on a space / newline token: strict-match's `(?=.)` needs that last character
+    "Argon and CO2 are trace gases; oxygen is 21%. The answer is D ",
+    "The answer is (D) ",
+    "Nitrogen is 78% of the air.\nThe answer is D\n",
+    "  \nThe answer is D.",  # leading whitespace is kept too (lm-eval strips nothing without a thought)
+    "The answer is D",  # no trailing character: empty strict match, in lm-eval as here
 ]
 # With thought blocks lm-eval (run on the raw text) can pick a choice quoted in the reasoning; we strip the
 # thoughts first (documented in README: "thought blocks stripped first"). These are the disagreements.
@@ -100,6 +106,45 @@ THOUGHT = [
         {"strict-match": "[invalid]", "flexible-extract": "(D)"},
     ),
 ]
+
+
+def test_trailing_space_reply_scores_as_lm_eval(tmp_path):
+    """The case of issue 26: a reply ending `The answer is B ` is right under lm-eval's strict-match (it reads
+    the raw text); the stripped text gave an empty match."""
+    doc = {**DOC, "answer": "(B)"}
+    reply = "Carbon dioxide absorbs infrared, so the best match is the second choice. The answer is B "
+    got = extract_answers(reply, doc)
+    assert got["strict-match"] == "B" == _lm_eval_raw(reply)["strict-match"]
+    assert _exact_match(got["strict-match"], "(B)") == 1.0
+    assert _exact_match(extract_answers(reply.rstrip(), doc)["strict-match"], "(B)") == 0.0
+
+
+def _exact_match(answer: str, target: str) -> float:
+    """GPQA's metric as its task YAML configures it (ignore case and punctuation)."""
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+
+    got = exact_match_hf_evaluate([answer], [target], ignore_case=True, ignore_punctuation=True)
+    return float(got["exact_match"])
+
+
+# Thinking replies: lm-eval's own model classes drop the thought with `postprocess_generated_text(...,
+# think_end_token=...)` (text after the last close tag, left-stripped) and hand the rest to the filters as is.
+THINKING = [
+    f"{GEMMA_OPEN}Nitrogen is 78%, argon 0.9%.{GEMMA_CLOSE}\n\nThe answer is D ",
+    f"{GEMMA_OPEN}Is it (B)? The answer is (B)? No.{GEMMA_CLOSE} The answer is (D).\n",
+    "<think>Oxygen (C) is reactive; the inert majority gas is nitrogen.</think>\nThe answer is D\n",
+    "<think>78% nitrogen</think>The answer is D",
+]
+
+
+@pytest.mark.parametrize("reply", THINKING)
+def test_thinking_replies_agree_with_lm_eval_think_removal(reply):
+    from lm_eval.models.utils import postprocess_generated_text
+
+    close = GEMMA_CLOSE if GEMMA_CLOSE in reply else "</think>"
+    as_lm_eval = postprocess_generated_text(reply, stop=None, think_end_token=close)
+    assert split_thoughts(reply).answer == as_lm_eval
+    assert extract_answers(reply, DOC) == _lm_eval_raw(as_lm_eval)
 
 
 @pytest.mark.parametrize("reply", PLAIN)

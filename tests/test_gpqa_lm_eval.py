@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
+import re
 
 import pytest
 
@@ -12,8 +12,8 @@ from evals.gpqa import GPQAEval
 from evals.gpqa.tasks import local_task_yaml
 from evals.lmeval.eval import SAMPLES_SCORED, datasets_caching_off
 from harness.store import ResultStore
+from tests.helpers.gpqa_fixture import DATA, correct_answer, letter_of
 
-DATA = Path(__file__).parent / "fixtures" / "gpqa" / "gpqa_made_up.jsonl"
 TASK = "gpqa_diamond_cot_zeroshot"
 
 
@@ -117,3 +117,28 @@ def test_loglikelihood_is_refused(tiny_diffusion_dir, adapter_factory, tmp_path)
     for fn in (lm.loglikelihood, lm.loglikelihood_rolling):
         with pytest.raises(NotImplementedError, match="use generative tasks"):
             fn([])
+
+
+def test_live_path_scores_trailing_space_reply_as_lm_eval(tmp_path):
+    """Issue 26: `... The answer is B ` is right under strict-match in the live lm-eval path too (the reply is
+    handed to the filters unstripped, as lm-eval's own model classes hand it), and the offline re-scoring of the
+    stored raw text agrees with what lm-eval scored."""
+    from evals.gpqa import extract_answers
+    from models.tiny import char_tokenizer
+    from tests.helpers.replay import ReplayDecoder
+
+    def reply(prompt: str) -> str:  # realistic, ending in one space: the generation stopped on a space token
+        letter = letter_of(prompt, correct_answer(prompt))
+        return f"Weighing each choice against the question, only one fits. The answer is {letter} "
+
+    ev = GPQAEval(data_files=str(DATA), limit=4, max_new_tokens=128, main_filter="strict-match")
+    metrics = ev.run(ReplayDecoder(char_tokenizer(), reply), ResultStore(tmp_path / "run"), batch_size=2, seed=0)
+    assert metrics["quality"] == 1.0 and metrics["no_answer"] == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / SAMPLES_SCORED).read_text().splitlines()]
+    for r in rows:
+        shown = re.findall(r"^\([A-D]\) (.*)$", r["context"], re.M)
+        assert shown == r["choices"]  # scored against the choice order the prompt showed
+        assert r["reply"].endswith(f"The answer is {r['correct_letter'][1]} ")
+        assert r["lm_eval"]["strict-match"]["answer"] == r["correct_letter"][1] and r["correct"] == 1.0
+        doc = {"choices": r["choices"], "answer": r["correct_letter"]}
+        assert extract_answers(r["text"], doc)["strict-match"] == r["lm_eval"]["strict-match"]["answer"]

@@ -18,6 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from evals.diagnostics import run_diagnostics
 from evals.livecodebench import grade as grade_cli
 from evals.livecodebench.compare import decode_typed, functional_matches, functional_verdict, stdout_matches
 from evals.livecodebench.data import decode_tests, load_problems, read_jsonl, release_files
@@ -333,6 +334,13 @@ def test_eval_from_hydra_config_scores_end_to_end():
     assert good["sandbox"] in ("bwrap", "unshare", "process")
     bad = ev.score(by_id["fx_sum_max"], "I think the answer is 6.")
     assert bad["correct"] == 0.0 and bad["status"] == "no_code"
+    # format success: a fenced block that compiles, right or wrong; nothing else
+    assert good["format_ok"] is True and bad["format_ok"] is False
+    wrong = ev.score(by_id["fx_pairs"], "```python\nprint(0)\n```")
+    assert wrong["format_ok"] is True and wrong["correct"] == 0.0
+    broken = ev.score(by_id["fx_pairs"], "```python\nfor i in range(3)\n    print(i)\n```")
+    assert broken["format_ok"] is False and broken["correct"] == 0.0
+    assert run_diagnostics([good, bad, wrong, broken])["format_ok_rate"] == 0.5
     rows = [{**good, "meta": by_id["fx_pairs"].meta}, {**bad, "meta": by_id["fx_sum_max"].meta}]
     summary = ev.summarize(rows)
     assert summary["quality"] == 0.5 and summary["pass@1_medium"] == 1.0 and summary["pass@1_easy"] == 0.0

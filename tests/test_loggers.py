@@ -86,6 +86,8 @@ def test_one_offline_run_per_job_with_metrics_and_samples_table(tmp_path, no_wan
         assert rec.config["model"] == {"name": "tiny"} and rec.config["run_dir"] == str(run_dir)
         for k in ("quality", "tpf", "nfe", "num_tokens", "tokens_per_second", "step_cap_hit_rate"):
             assert rec.summary[k] == pytest.approx(metrics[k]), k
+        for k in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "latency_p99_s", "user_tokens_per_second_p5"):
+            assert rec.summary[k] == pytest.approx(metrics[k]) and metrics[k] > 0, k  # latency as users see it
         assert "run" not in rec.summary
         table = rec.table("samples")
         n = metrics["nfe"] // 3  # per-sample forwards
@@ -93,10 +95,13 @@ def test_one_offline_run_per_job_with_metrics_and_samples_table(tmp_path, no_wan
             "sample_id": "q0",
             "text": "answ…",
             "correct": 1.0,
+            "format_ok": None,
             "tpf": 16 / n,
             "nfe": n,
             "num_tokens": 16,
             "finished_by": "eos",
+            "ttft_s": pytest.approx(0.01 * n),
+            "latency_s": pytest.approx(0.03 * n),
         }
         assert table["sample_id"].tolist() == ["q0", "q1", "q2"] and table["correct"].tolist() == [1.0, 0.0, 1.0]
     (crashed,) = find_offline_runs(tmp_path / "crashed")

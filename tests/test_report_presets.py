@@ -99,6 +99,13 @@ def test_twin_runs_end_to_end_and_the_summary_shows_the_report(name, tmp_path):
             and "tiny_ar_draft reaches" in proc.stdout
             and "tiny_ar reaches" in proc.stdout
         )
+        # latency as users see it, for every decoder: percentiles in metrics.json, the summary and the figure
+        assert "Latency as users see it" in proc.stdout
+        for m in (json.loads(p.read_text()) for p in sweep.glob("*/metrics.json")):
+            assert 0 < m["ttft_p50_s"] <= m["ttft_p95_s"] <= m["ttft_p99_s"] <= m["latency_p99_s"], m["run"]["label"]
+            assert m["latency_p50_s"] <= m["latency_p95_s"] and m["user_tokens_per_second_p1"] > 0
+        assert table[["ttft_p95_s", "latency_p95_s"]].notna().all().all()
+        assert list((sweep / "summary").glob("latency_*.png"))
     else:  # the printed table: each published value right after the measured column
         for metric in {k for v in expected.values() for k in v}:
             header = next(line.split() for line in proc.stdout.splitlines() if f"report_{metric}" in line.split())

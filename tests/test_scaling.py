@@ -55,3 +55,25 @@ def test_no_crossover_in_range_and_ar_ahead_from_the_start():
 def test_tables_without_batch_sizes_have_no_series():
     assert scaling_series(pd.DataFrame({"eval": ["e"], "model": ["m"], "label": ["ar"]})).empty
     assert scaling_series(pd.DataFrame()).empty
+
+
+def test_latency_table_and_latency_vs_throughput_figure():
+    from harness.scaling import format_latency, latency_figure
+
+    table = _table(dg=[100, 180, 300, 400, 600, 700, 750], ar=[20, 40, 90, 200, 800, 1600, 3000])
+    series = scaling_series(table).assign(
+        ttft_p50_s=lambda d: 0.1 * d["batch_size"],
+        ttft_p95_s=lambda d: 0.2 * d["batch_size"],
+        latency_p50_s=lambda d: 1.0 * d["batch_size"],
+        latency_p95_s=lambda d: 2.0 * d["batch_size"],
+    )
+    fig = latency_figure(series)
+    ttft, latency = fig.axes
+    lines = {ln.get_label(): ln for ln in latency.lines}
+    assert set(lines) == {"dg p50", "dg p95", "ar p50", "ar p95"}  # p99 not recorded here: not drawn
+    assert list(lines["ar p95"].get_xdata()) == [20, 40, 90, 200, 800, 1600, 3000]  # x: total tokens/s
+    assert list(lines["ar p95"].get_ydata()) == [2.0 * b for b in (1, 2, 4, 8, 16, 32, 64)]
+    assert [t.get_text() for t in ttft.texts][:3] == ["1", "2", "4"]  # each p50 point names its concurrency
+    text = format_latency(series.assign(run_name="r"))
+    assert "ttft_p50_s" in text.splitlines()[0] and "latency_p95_s" in text.splitlines()[0]
+    assert format_latency(table) == ""  # no latency recorded: no table

@@ -119,7 +119,7 @@ def test_scores_on_known_good_and_bad_answers():
     assert s["solved"] == 0.0 and s["parse_failed"] == 0.0 and (wrong[i] == wrong[j] or s["blank_accuracy"] == 18 / 20)
     other_valid = "".join(str({1: 2, 2: 1}.get(int(d), int(d))) for d in p.solution)  # breaks givens 1/2
     assert score_answer(p.puzzle, p.solution, other_valid)["solved"] == 0.0
-    unparsed = {"correct": 0.0, "solved": 0.0, "blank_accuracy": 0.0, "parse_failed": 1.0}
+    unparsed = {"correct": 0.0, "solved": 0.0, "blank_accuracy": 0.0, "parse_failed": 1.0, "format_ok": False}
     assert score_answer(p.puzzle, p.solution, None) == unparsed
 
 

@@ -7,6 +7,7 @@ checked against the exact prompt it answered.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,9 @@ from evals.gpqa.tasks import builtin_yaml, check_data_file, hub_dataset, hub_tas
 from evals.lmeval.eval import LmEvalEval
 
 LOCAL_TASKS_DIR = "lm_eval_tasks"
+STRICT = "strict-match"
+# strict-match's extraction is one answer letter, up to the punctuation and case the metric ignores: "(D)", "D", "d."
+LETTER = re.compile(r"[\W_]*[A-Da-d][\W_]*")
 
 
 class GPQAEval(LmEvalEval):
@@ -42,6 +46,11 @@ class GPQAEval(LmEvalEval):
             src = hub_task(self.task)
         self.tasks = src.tasks
         return src.tasks, src.include_path + self.include_path
+
+    def format_ok(self, filters: dict[str, dict[str, Any]], main_filter: str) -> bool:
+        """An answer letter found by the strict extraction ("The answer is (X)"), right or wrong."""
+        answer = filters.get(STRICT, {}).get("answer")
+        return isinstance(answer, str) and LETTER.fullmatch(answer) is not None
 
     def doc_fields(self, doc: dict[str, Any]) -> dict[str, Any]:
         return {

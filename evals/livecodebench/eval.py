@@ -18,7 +18,7 @@ from typing import Any
 from evals.base import Eval, EvalItem
 from evals.livecodebench.data import HUB_REPO, Problem, load_problems
 from evals.livecodebench.grader import Grader, GradingConfig
-from evals.livecodebench.prompts import build_prompt, extract_code
+from evals.livecodebench.prompts import build_prompt, compiles, extract_code
 
 
 class LiveCodeBenchEval(Eval):
@@ -103,6 +103,7 @@ class LiveCodeBenchEval(Eval):
         res = self.grader.grade(problem, code)
         return {
             "correct": 1.0 if res.passed else 0.0,
+            "format_ok": compiles(code),  # a fenced block that compiles, whatever the tests say
             "status": res.status,
             "tests_passed": res.num_passed,
             "num_tests": res.num_tests,

@@ -51,3 +51,14 @@ def extract_code(reply: str) -> str:
     if len(fences) < 2:
         return ""
     return "\n".join(lines[fences[-2] + 1 : fences[-1]])
+
+
+def compiles(code: str) -> bool:
+    """The format LiveCodeBench's grader needs: a non-empty program that Python compiles (`compile()`; nothing runs)."""
+    if not code.strip():
+        return False
+    try:
+        compile(code, "<solution>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+    return True

@@ -6,7 +6,10 @@ and the extracted answer) with our per-sample decode records on (task, doc_id). 
 - samples_scored.jsonl: the same rows joined with lm-eval's scores, written atomically at the end;
 - lm_eval_results.json: lm-eval's aggregate results, task configs and versions.
 Datasets caching is switched off while lm-eval loads tasks: a cached `process_docs` map (GPQA's choice
-shuffle reads Python's global `random`) would otherwise replay the first seed's order for every seed.
+shuffle reads Python's global `random`) would otherwise replay the first seed's order for every seed. lm-eval
+runs `process_docs` again each time it reads a task's docs (at load, when it builds the requests, and once per
+filter when it scores), so without the cache every read would shuffle anew and replies would be scored against
+another choice order than their prompt showed: each task's docs are processed once per run (`docs_processed_once`).
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ class LmEvalEval(Eval):
             max_gen_toks=self.max_new_tokens,
             extra_stop=self.stop_strings,
         )
-        with datasets_caching_off():
+        with datasets_caching_off(), docs_processed_once():
             out = lm_eval.simple_evaluate(
                 model=lm,
                 tasks=tasks,
@@ -172,6 +175,7 @@ class LmEvalEval(Eval):
                     raise RuntimeError(f"lm-eval scored {task}/{doc_id} but no decode row exists for it")
                 main = d["filters"].get(filt, {})
                 answer = main.get("answer")
+                format_ok = self.format_ok(d["filters"], filt)
                 for sid in sids:
                     rows.append(
                         {
@@ -183,11 +187,16 @@ class LmEvalEval(Eval):
                             "main_metric": f"{metric},{filt}",
                             "correct": float(main.get(metric, 0.0)),
                             "answer": answer,
-                            "no_answer": answer is None or str(answer).strip() in ("", INVALID),
+                            "no_answer": _no_match(answer),
+                            "format_ok": format_ok,
                             **self.doc_fields(d["doc"]),
                         }
                     )
         return rows
+
+    def format_ok(self, filters: dict[str, dict[str, Any]], main_filter: str) -> bool:
+        """The reply has the form the scorer reads: the main filter matched something (right or wrong)."""
+        return not _no_match(filters.get(main_filter, {}).get("answer"))
 
     def main_key(self, out: dict[str, Any], task: str) -> tuple[str, str]:
         """(metric, filter) of `task` that defines `correct` and `quality`."""
@@ -219,6 +228,11 @@ class LmEvalEval(Eval):
         }
 
 
+def _no_match(answer: Any) -> bool:
+    """A filter's answer that is no match: missing, empty, or the regex filters' fallback."""
+    return answer is None or str(answer).strip() in ("", INVALID)
+
+
 @contextlib.contextmanager
 def datasets_caching_off():
     """Recompute `process_docs` maps (no replay of another seed's shuffle from the datasets cache)."""
@@ -231,3 +245,32 @@ def datasets_caching_off():
     finally:
         if was:
             datasets.enable_caching()
+
+
+DOC_SPLITS = ("training_docs", "validation_docs", "test_docs")
+
+
+@contextlib.contextmanager
+def docs_processed_once():
+    """While lm-eval runs, each task's processed docs per split are computed once (the first read, at task load,
+    under simple_evaluate's seed) and every later read returns the same docs: prompt and scoring see one order."""
+    from lm_eval.api.task import ConfigurableTask
+
+    originals = {name: getattr(ConfigurableTask, name) for name in DOC_SPLITS}
+
+    def once(name, read):
+        def docs(self):
+            memo = self.__dict__.setdefault("_docs_once", {})
+            if name not in memo:
+                memo[name] = read(self)
+            return memo[name]
+
+        return docs
+
+    for name, read in originals.items():
+        setattr(ConfigurableTask, name, once(name, read))
+    try:
+        yield
+    finally:
+        for name, read in originals.items():
+            setattr(ConfigurableTask, name, read)

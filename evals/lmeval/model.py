@@ -131,7 +131,9 @@ class DecoderLM(LM):
         return req, opens_thought(tail)
 
     def _reply(self, res, stop_strings: list[str], starts_in_thought: bool) -> dict[str, Any]:
-        """The text lm-eval scores: thoughts removed, special tokens dropped, cut at the first stop string.
+        """The text lm-eval scores: thoughts removed, special tokens dropped, cut at the first stop string, and
+        otherwise as lm-eval's own model classes hand it to the filters (HFLM / vLLM: decoded, split at the stop
+        sequences, never stripped; see `split_thoughts` for why a trailing space matters).
 
         Decoded with special tokens kept, because thought tags may be special tokens that `res.text` lost.
         """
@@ -145,7 +147,7 @@ class DecoderLM(LM):
         reply = reply[: min(cuts)] if cuts else reply
         return {
             "raw_text": raw,
-            "reply": reply.strip(),
+            "reply": reply,
             "has_thought": split.has_thought,
             "unclosed_thought": split.unclosed,
             "thought_chars": len(split.thought),

@@ -18,7 +18,7 @@ THOUGHT_TAGS: tuple[tuple[str, str], ...] = (("<|channel>thought", "<channel|>")
 
 @dataclass(frozen=True)
 class ThoughtSplit:
-    answer: str  # the reply with every thought block removed (empty if a block never closed)
+    answer: str  # the reply with every thought block removed (empty if a block never closed); see `split_thoughts`
     thought: str  # the text inside thought blocks, joined
     has_thought: bool
     unclosed: bool  # a thought block was still open when the reply ended
@@ -37,6 +37,12 @@ def split_thoughts(reply: str, starts_in_thought: bool = False) -> ThoughtSplit:
 
     `starts_in_thought`: the prompt already opened a block (templates that prefill the opening tag), so the
     reply begins inside one. A closing tag with no opening tag before it is treated the same way.
+
+    The answer is the text lm-eval's own model classes hand their filters, less the thoughts: nothing is stripped
+    but the whitespace leading into the answer after a removed block (lm-eval's `postprocess_generated_text`
+    does `split(think_end)[-1].lstrip()`). Trailing whitespace stays: GPQA's strict-match regex
+    `(?<=The answer is )(.*)(?=.)` needs a character after the letter, so `The answer is B ` (a reply that
+    stopped on a space token) is right and `The answer is B` is not, in lm-eval as here.
     """
     answer, thoughts, unclosed, has = [], [], False, False
     pos = 0
@@ -66,4 +72,5 @@ def split_thoughts(reply: str, starts_in_thought: bool = False) -> ThoughtSplit:
             if m.group(0) not in closes:
                 inside, has = True, True
             pos = m.end()
-    return ThoughtSplit("".join(answer).strip(), "\n".join(t.strip() for t in thoughts), has, unclosed)
+    text = "".join(answer)
+    return ThoughtSplit(text.lstrip() if has else text, "\n".join(t.strip() for t in thoughts), has, unclosed)

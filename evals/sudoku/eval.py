@@ -33,15 +33,22 @@ def effort_bucket(p: Puzzle) -> str:
 
 
 def score_answer(puzzle: str, solution: str, answer: str | None) -> dict[str, Any]:
-    """Scores for one parsed answer (None = unparseable). Solved = a valid grid keeping every given."""
+    """Scores for one parsed answer (None = unparseable). Solved = a valid grid keeping every given; `format_ok`:
+    the reply holds a complete grid of the right size (digits 1..N), right or wrong."""
     n = int(len(puzzle) ** 0.5)
     blanks = [i for i, ch in enumerate(puzzle) if ch == "0"]
     if answer is None:
-        return {"correct": 0.0, "solved": 0.0, "blank_accuracy": 0.0, "parse_failed": 1.0}
+        return {"correct": 0.0, "solved": 0.0, "blank_accuracy": 0.0, "parse_failed": 1.0, "format_ok": False}
     grid = from_string(answer, n)
     solved = is_valid_solution(grid, n) and keeps_givens(from_string(puzzle, n), grid)
     acc = sum(answer[i] == solution[i] for i in blanks) / len(blanks) if blanks else 1.0
-    return {"correct": float(solved), "solved": float(solved), "blank_accuracy": acc, "parse_failed": 0.0}
+    return {
+        "correct": float(solved),
+        "solved": float(solved),
+        "blank_accuracy": acc,
+        "parse_failed": 0.0,
+        "format_ok": True,
+    }
 
 
 class SudokuEval(Eval):

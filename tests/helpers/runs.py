@@ -48,6 +48,8 @@ def make_run_dir(
             prompt_tokens=12,
             finished_by="eos",
             wall_time_s=0.02 * nfe,
+            latency_s=0.03 * nfe + 0.01 * i,
+            ttft_s=0.01 * nfe + 0.01 * i,
             steps_per_canvas=list(steps),
             step_cap_hits=sum(1 for s in steps if cap and s >= cap),
             trajectory=traj,
