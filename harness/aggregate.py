@@ -75,6 +75,9 @@ TABLE_FIGURE_COLUMNS = [
     "p_value",
     "faster_not_worse",
     "consistent",
+    # what batching cost this run (harness.batch_check: a subset re-decoded at batch 1; report presets)
+    "batch_check.token_agreement",
+    "batch_check.quality_delta",
 ]
 # The test-time-scaling view: the default sampler at each step cap (`steps_curve`, steps_curve.csv).
 STEPS_CURVE_COLUMNS = ["model", "eval", "max_steps", "quality", "tpf", "mean_steps_per_canvas", "step_cap_hit_rate"]

@@ -32,11 +32,27 @@ def checked_items(ev) -> list:
     return items
 
 
+def requests_for(ev, decoder, items: list, seed: int) -> list[GenerationRequest]:
+    """The run's requests for `items`: each seeded from (run seed, sample id), so a re-decode of an item (a
+    resume, or `harness.batch_check` at batch 1) asks for exactly the same sample."""
+    return [
+        GenerationRequest(
+            sample_id=it.sample_id,
+            prompt_ids=decoder.encode(it.prompt),
+            seed=sample_seed(seed, it.sample_id),
+            max_new_tokens=ev.max_new_tokens,
+            stop_strings=ev.stop_strings,
+        )
+        for it in items
+    ]
+
+
 def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None = None) -> dict[str, Any]:
     """Decode every item not yet in `store`, append each scored sample as it finishes, return the metrics.
 
-    Each request carries a seed derived from (run seed, sample id), so results do not depend on the
-    batch size, the batch neighbours, or which samples a resumed run still had to do.
+    Each request carries a seed derived from (run seed, sample id), so its random numbers do not depend on the
+    batch size, the batch neighbours, or which samples a resumed run still had to do (batch-shaped rounding can
+    still move tokens at real shapes: `harness.batch_check` measures it).
     """
     items = checked_items(ev) if items is None else items
     ids = [it.sample_id for it in items]
@@ -45,16 +61,7 @@ def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None
     if changed := changed_items(done, shas):
         raise stale_inputs_error(changed)
     todo = {it.sample_id: it for it in items if it.sample_id not in done}
-    requests = [
-        GenerationRequest(
-            sample_id=it.sample_id,
-            prompt_ids=decoder.encode(it.prompt),
-            seed=sample_seed(seed, it.sample_id),
-            max_new_tokens=ev.max_new_tokens,
-            stop_strings=ev.stop_strings,
-        )
-        for it in todo.values()
-    ]
+    requests = requests_for(ev, decoder, list(todo.values()), seed)
 
     def make_row(res) -> dict[str, Any]:
         it = todo[res.sample_id]

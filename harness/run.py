@@ -18,6 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from contract.decoding import DecoderKind, SelfDrivingEval
+from harness.batch_check import BatchCheckConfig, run_batch_check
 from harness.cluster import SlurmJob, route_preemption_signals
 from harness.configs import (
     check_eval_hub_access,
@@ -28,7 +29,7 @@ from harness.configs import (
 )
 from harness.evaluate import checked_items, run_items
 from harness.identity import loaded_commit, model_identity
-from harness.store import ResultStore
+from harness.store import ResultStore, scan_samples
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -134,17 +135,20 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     check_thinking_switch(cfg.model)
     # no items, or repeated ids: fail here, before any weights load (lm-eval builds its items while it runs)
     items = None if isinstance(ev, SelfDrivingEval) else checked_items(ev)
+    check = BatchCheckConfig.from_config(cfg.get("batch_check"), ev)
     batch_size = plan_batch_size(cfg, ev, sampler, items)
     logger = instantiate(cfg.logger)
     route_preemption_signals()  # in a Slurm job: SIGUSR1 requeues like USR2 (harness.cluster)
     store = ResultStore(run_dir)  # exclusive: a second process on the same run dir fails here
     try:
-        return _run(cfg, store, sampler, ev, items, batch_size, logger)
+        return _run(cfg, store, sampler, ev, items, batch_size, logger, check)
     finally:
         store.close()
 
 
-def _run(cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: int, logger) -> dict[str, Any]:
+def _run(
+    cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: int, logger, check: BatchCheckConfig
+) -> dict[str, Any]:
     if not cfg.resume:
         store.reset()
     identity = model_identity(cfg.model)
@@ -194,6 +198,10 @@ def _run(cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: in
         if experts.forwards():
             metrics["experts_per_forward"] = experts.summary()
         experts.close()
+    # after the expert counts: its batch-1 forwards are not the run's
+    done = scan_samples(store.samples_path).rows
+    if block := run_batch_check(check, ev, decoder, store, batch_size, cfg.seed, items, done):
+        metrics["batch_check"] = block
     # runs are compared (fronts, AUP) only on the same items: the eval's name, item count and item hash
     run_info["eval_id"] = f"{ev.name}-n{metrics['num_samples']}-{metrics.get('items_sha', 'unknown')[:6]}"
     metrics["run"] = run_info

@@ -30,6 +30,8 @@ from contract.files import atomic_write
 SAMPLES = "samples.jsonl"
 METRICS = "metrics.json"
 IDENTITY = "identity.json"
+# `harness.batch_check`'s batch-1 re-decodes: their own file, so samples.jsonl only ever holds the run's samples
+BATCH_CHECK = "batch_check.jsonl"
 LOCK = ".lock"
 # the numbers every stored sample carries (`GenerationResult.to_dict`) and resume and the metrics sum over
 ROW_NUMBERS = ("num_tokens", "nfe", "wall_time_s")
@@ -110,18 +112,23 @@ class ResultStore:
         return scan.rows
 
     def append(self, row: dict[str, Any]) -> None:
-        with open(self.samples_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(self.samples_path, row)
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         atomic_write(self.metrics_path, json.dumps(metrics, indent=2, sort_keys=True, default=str))
 
     def reset(self) -> None:
         """Forget earlier results (a fresh, non-resumed run into the same directory)."""
-        for p in (self.samples_path, self.metrics_path, self.run_dir / IDENTITY):
+        for p in (self.samples_path, self.metrics_path, self.run_dir / IDENTITY, self.run_dir / BATCH_CHECK):
             p.unlink(missing_ok=True)
+
+
+def append_line(path: Path, row: dict[str, Any]) -> None:
+    """Append one JSON line, flushed and fsynced: a crash loses at most the line being written."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 @dataclass
