@@ -79,15 +79,16 @@ def twin_text(vocab: int | None = None) -> dict[str, Any]:
     )
 
 
-def build_twin(dtype: torch.dtype = torch.bfloat16, vocab: int | None = None):
-    """The DiffusionGemma twin (random weights, CPU, bf16 like the GPU run) and its adapter."""
+def build_twin(dtype: torch.dtype = torch.bfloat16, vocab: int | None = None, text: dict | None = None):
+    """The DiffusionGemma twin (random weights, CPU, bf16 like the GPU run) and its adapter (`text`: overrides of
+    the twin's text config)."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
     from bench.gpu_check import default_dtype
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from models.tiny import TINY_VISION, char_tokenizer
 
-    text = twin_text(vocab)
+    text = {**twin_text(vocab), **(text or {})}
     v = text["vocab_size"]
     cfg = DiffusionGemmaConfig(
         text_config=text,

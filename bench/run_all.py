@@ -19,7 +19,7 @@ import argparse
 import time
 from typing import Any
 
-from bench import ar_engine, decode_loop, engine, eval_throughput, sampler_step
+from bench import ar_engine, cache_copies, decode_loop, engine, eval_throughput, sampler_step
 from bench.common import OUT_DIR, machine_info, print_machine, table, write_json
 
 
@@ -105,13 +105,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         throughput = eval_throughput.run([1, 2], samples=2, out_dir=a.out_dir, quiet=True)
         eng = engine.run(quick=True, out_dir=a.out_dir, quiet=True)
         arx = ar_engine.run(quick=True, out_dir=a.out_dir, quiet=True)
+        cc = cache_copies.run(quick=True, out_dir=a.out_dir, quiet=True)
     else:
         sampler = sampler_step.run([1, 4], repeats=3, threads=2, out_dir=a.out_dir)
         decode = decode_loop.run([1, 4], repeats=5, threads=1, out_dir=a.out_dir)
         throughput = eval_throughput.run([1, 4, 16, 64], samples=64, threads=1, out_dir=a.out_dir)
         eng = engine.run(out_dir=a.out_dir)
         arx = ar_engine.run(out_dir=a.out_dir)
-    rows = summary_rows(sampler, decode, throughput, eng) + ar_engine.summary_rows(arx)
+        cc = cache_copies.run(out_dir=a.out_dir)
+    rows = summary_rows(sampler, decode, throughput, eng) + ar_engine.summary_rows(arx) + cache_copies.summary_rows(cc)
     info = machine_info()
     payload = {
         "bench": "run_all",

@@ -25,9 +25,11 @@ import torch
 
 from models.slot_attention import ROWS
 
-# a forward over at most this many scattered rows attends them in place, one attention call per row (a commit or
-# an admission: a few rows, many positions); more rows are gathered into one batch (one call, a copy of their K/V)
+# a forward over scattered rows attends them in place, one attention call per row, when the rows are few or each
+# brings many queries (a commit, an admission: the call's work dwarfs its launch); many rows of a few queries each
+# (the end of an AR run) are gathered into one batch instead (one call, a copy of their K/V: `bytes_gathered`)
 ROW_LOOP_MAX = 4
+ROW_LOOP_MIN_QUERIES = 16
 
 
 class SlotCache:
@@ -172,7 +174,8 @@ class SlotCache:
         self.bytes_written += 2 * key_states.numel() * k.element_size()
         if self._rows is None:
             return k[:b, :, :span], v[:b, :, :span]
-        if self.row_indexed and b <= ROW_LOOP_MAX:  # the whole buffer as a view, each query row reading its own row
+        if self.row_indexed and (b <= ROW_LOOP_MAX or key_states.shape[2] >= ROW_LOOP_MIN_QUERIES):
+            # the whole buffer as a view, each query row reading its own slot row
             keys, values = k[:, :, :span], v[:, :, :span]
             setattr(keys, ROWS, self._row_list)
             return keys, values
