@@ -14,7 +14,8 @@ of step counts while requests are queued, and only the last rows of a run leave 
 Per step the host reads the device once (finished flags, accepted counts and the argmax canvas, one
 small packed tensor): steps, temperatures and random-stream keys are known on the host already. Every
 random number is a pure function of (sample seed, canvas, step, position, stream) (`samplers.streams`),
-so a sample's tokens do not depend on its batch, its neighbours, when it was admitted, or a resume.
+so a sample's random numbers do not depend on its batch, its neighbours, when it was admitted, or a resume;
+its logits do, by the rounding of batch-shaped kernels (what that changes: README, Reproducibility).
 The only full-size tensor is one float32 logits workspace (B x C x V): the LM head writes into it,
 softcap and temperature run in place, the draw reads it in cache-sized blocks, and it is the next
 step's self-conditioning input (`make bench` measures the extra memory in units of that tensor).
