@@ -10,7 +10,8 @@
 Rows are the cache's slot rows (`models.slot_cache`): admitting, committing and releasing a row write only its
 new K/V and move no other row's. A step computes rows 0 up to the highest one in flight; a freed row is
 refilled on the next step, so every computed row does useful work (`row_utilization` 1.0) whatever the spread
-of step counts while requests are queued, and only the last rows of a run leave free rows (waste) below them.
+of step counts. Once no request is left to refill them, the last rows are packed down into the freed rows
+(one row's K/V copied per leaving row, `SlotCache.bytes_moved`), so the end of a run computes no free rows.
 Per step the host reads the device once (finished flags, accepted counts and the argmax canvas, one
 small packed tensor): steps, temperatures and random-stream keys are known on the host already. Every
 random number is a pure function of (sample seed, canvas, step, position, stream) (`samplers.streams`),
@@ -167,6 +168,15 @@ class _Row:
     outputs: list[int] = field(default_factory=list)
 
 
+def _packing_move(rows: list) -> tuple[int, int] | None:
+    """(highest busy row, lowest free row below it), or None when the busy rows are 0..k-1 already."""
+    busy = [i for i, r in enumerate(rows) if r is not None]
+    free = [i for i, r in enumerate(rows) if r is None]
+    if busy and free and free[0] < busy[-1]:
+        return busy[-1], free[0]
+    return None
+
+
 class BlockDiffusionDecoder:
     """`contract.decoding.Decoder` over a `contract.decoding.BlockDiffusionAdapter` (`models.diffusion_gemma`)."""
 
@@ -249,6 +259,15 @@ class BlockDiffusionDecoder:
                 history = history.index_fill(1, idx, -1)
                 for i, row in zip(at, new, strict=True):
                     rows[i], sc_rows[i] = row, False
+                masks = None
+            # no request left to refill freed rows: pack the last rows down, so steps stop computing free rows
+            while exhausted and (move := _packing_move(rows)):
+                src, dst = move
+                state = model.move(state, src, dst)
+                canvas[dst], history[:, dst] = canvas[src], history[:, src]
+                if sc_rows[src]:
+                    logits.sc[dst].copy_(logits.sc[src])
+                rows[dst], sc_rows[dst], rows[src], sc_rows[src] = rows[src], sc_rows[src], None, False
                 masks = None
             busy = [i for i, r in enumerate(rows) if r is not None]
             if not busy:

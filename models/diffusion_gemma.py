@@ -180,6 +180,14 @@ class DiffusionGemmaAdapter:
             state.last_hidden.pop(r, None)
         return state
 
+    def move(self, state: ContextState, src: int, dst: int) -> ContextState:
+        """Row `src`'s context becomes row `dst`'s (a free row): one row's K/V copied, no other row touched."""
+        state.cache.move(src, dst)
+        state.lengths[dst], state.lengths[src] = state.lengths[src], 0
+        if src in state.last_hidden:
+            state.last_hidden[dst] = state.last_hidden.pop(src)
+        return state
+
     def _encode(self, state: ContextState, rows: list[int], starts: list[int], ids) -> torch.Tensor:
         """One causal encoder forward writing positions starts[i].. of `rows` (ids: a tensor or ragged lists)."""
         if not torch.is_tensor(ids):

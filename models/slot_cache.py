@@ -63,7 +63,7 @@ class SlotCache:
         self._slots: dict[str, torch.Tensor] = {}  # layer type -> (b, n) slot index per new position
         self._span: dict[str, int] = {}
         self.bytes_written = 0  # K/V bytes written by forwards (new K/V only)
-        self.bytes_moved = 0  # K/V bytes of other rows or older positions copied (capacity growth only)
+        self.bytes_moved = 0  # K/V bytes copied within the cache (capacity growth; `move` at the end of a run)
         self.bytes_gathered = 0  # a forward over scattered rows reads its rows' K/V into a batch (theirs alone)
 
     # --- geometry --------------------------------------------------------------------------------------
@@ -181,6 +181,19 @@ class SlotCache:
             return keys, values
         self.bytes_gathered += 2 * b * k.shape[1] * span * k.shape[3] * k.element_size()
         return k[self._rows, :, :span], v[self._rows, :, :span]
+
+    def move(self, src: int, dst: int) -> None:
+        """Row `src`'s slots become row `dst`'s (the end of a run packs its last rows down, so that a step stops
+        computing the free rows below them): a copy of that row's K/V, counted in `bytes_moved`."""
+        for store in (self.keys, self.values):
+            for i, t in enumerate(self.layer_types):
+                buf = store[i]
+                if buf is None:
+                    continue
+                n = min(buf.shape[2], self.written[src] + 1) if not self.is_sliding_type(t) else buf.shape[2]
+                buf[dst, :, :n] = buf[src, :, :n]
+                self.bytes_moved += buf[src, :, :n].numel() * buf.element_size()
+        self.written[dst], self.written[src] = self.written[src], -1
 
     def reserve(self, positions: int) -> None:
         """Make room for positions 0..positions-1 in every row (grows the full layers by doubling)."""
