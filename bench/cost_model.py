@@ -426,9 +426,9 @@ class Model:
 
     def _commit_current(self, b: float, context: int) -> tuple[dict, dict]:
         """The engine's commits, per step: each row commits every C / TPF steps. B = 1: the all-rows path
-        (one encoder forward appending to the DynamicCache); B > 1: rows finish at different steps, so a commit
-        event (probability 1 - (1 - 1/s)^B per step, r/e rows each) re-encodes those rows on a copy of their
-        cache and rebuilds the whole cache (kv_rows.take + pad_left + index_copy), then the masks."""
+        (one encoder forward writing into the row's slots); B > 1: rows finish at different steps, so a commit
+        event (probability 1 - (1 - 1/s)^B per step, r/e rows each) re-encodes those rows, attending their slots
+        in place, then rebuilds the masks (fitted from the traced `commit_part`)."""
         s = self.steps_per_canvas()
         c = self.real["canvas_length"]
         if b <= 1:

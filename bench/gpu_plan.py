@@ -300,7 +300,7 @@ def compact(
     """Raw ops -> records with a part, a layer type, a K/V-copy flag and a count (identical ops merged).
 
     K/V copies: kernels outside matmuls / attention reading a tensor whose slot axis (-2) is a cached length
-    (`torch.cat` of the cache with new K/V, repeat_kv, kv_rows' index / index_copy / pad). `mode`: "model"
+    (repeat_kv, a gather of slot rows). `mode`: "model"
     (parts by module), "commit" (everything in the encoder is `encode`, the rest `cache`), "sampler"."""
     merged: Counter = Counter()
     for op in ops:
@@ -311,7 +311,7 @@ def compact(
         if mode == "sampler":
             part = "sampler"
         elif kvcopy and (mode == "commit" or "self_attn" not in op["path"] or op["op"].startswith("aten.cat")):
-            part = "cache"  # cache maintenance: torch.cat of the cache with new K/V, kv_rows' copies
+            part = "cache"  # cache maintenance: copies of cached K/V outside attention
         elif kvcopy:
             pass  # K/V copies inside attention (repeat_kv): attention's, counted as K/V copy bytes
         elif mode == "commit":
