@@ -8,6 +8,7 @@ values) then holds config.yaml, samples.jsonl and metrics.json.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from harness.configs import (
 )
 from harness.evaluate import checked_items, run_items
 from harness.identity import loaded_commit, model_identity
+from harness.ray_launch import RayTask
 from harness.store import ResultStore
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,7 @@ def check_top_level(cfg: DictConfig) -> None:
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    started = time.time()
     check_top_level(cfg)
     sampler = instantiate(cfg.sampler)
     ev = instantiate(cfg.eval)
@@ -139,12 +142,14 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     route_preemption_signals()  # in a Slurm job: SIGUSR1 requeues like USR2 (harness.cluster)
     store = ResultStore(run_dir)  # exclusive: a second process on the same run dir fails here
     try:
-        return _run(cfg, store, sampler, ev, items, batch_size, logger)
+        return _run(cfg, store, sampler, ev, items, batch_size, logger, started)
     finally:
         store.close()
 
 
-def _run(cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: int, logger) -> dict[str, Any]:
+def _run(
+    cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: int, logger, started: float
+) -> dict[str, Any]:
     if not cfg.resume:
         store.reset()
     identity = model_identity(cfg.model)
@@ -195,6 +200,8 @@ def _run(cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: in
         experts.close()
     # runs are compared (fronts, AUP) only on the same items: the eval's name, item count and item hash
     run_info["eval_id"] = f"{ev.name}-n{metrics['num_samples']}-{metrics.get('items_sha', 'unknown')[:6]}"
+    if task := RayTask.current():  # hydra/launcher=ray: which task, node and GPUs ran it, and when (wall clock)
+        run_info["ray"] = {**asdict(task), "started_at": started, "finished_at": time.time()}
     metrics["run"] = run_info
     store.write_metrics(metrics)
     logger.finish(metrics, ev.scored_rows(store))
