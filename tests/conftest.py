@@ -80,7 +80,7 @@ def adapter_factory():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Sandbox tests skipped for want of bubblewrap, and Slurm tests without a cluster, must not pass unnoticed."""
+    """Sandbox tests skipped for want of bubblewrap, Slurm or Ray tests without a cluster, must not pass unnoticed."""
     missing = [r for r in terminalreporter.stats.get("skipped", []) if "BUBBLEWRAP MISSING" in str(r.longrepr)]
     if missing:
         terminalreporter.write_sep(
@@ -89,6 +89,10 @@ def pytest_terminal_summary(terminalreporter):
             red=True,
             bold=True,
         )
+    no_ray = [r for r in terminalreporter.stats.get("skipped", []) if "RAY UNAVAILABLE" in str(r.longrepr)]
+    if no_ray:  # why: ray not installed, or its daemons could not start (tests/test_ray.py)
+        terminalreporter.write_sep("!", f"{len(no_ray)} RAY TESTS DID NOT RUN", red=True, bold=True)
+        terminalreporter.write_line(str(no_ray[0].longrepr[-1]).splitlines()[0], red=True)
     no_slurm = [r for r in terminalreporter.stats.get("skipped", []) if "SLURM UNAVAILABLE" in str(r.longrepr)]
     if no_slurm:  # why: not root, packages missing, a daemon that did not start (tests/helpers/slurm_cluster.py)
         terminalreporter.write_sep("!", f"{len(no_slurm)} SLURM TESTS DID NOT RUN", red=True, bold=True)
