@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +24,7 @@ import pytest
 
 from harness.store import LOCK, SHARD_SAMPLES, read_metrics, read_samples, sample_files
 from tests.helpers.app import REPO, app_env
+from tests.helpers.compare import PROCESS_LOCAL, comparable, exactly_once, outputs, run_dirs
 from tests.helpers.paused_run import PAUSE_DIR, pause_file
 
 # one worker runs them all (pytest-xdist --dist loadgroup): one Ray per module, and its 2 fake GPUs are theirs
@@ -34,8 +33,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 STEPS = (4, 8, 16, 48)
 POINT = ["model=sudoku6_diffusion", "eval=sudoku6", "eval.num_puzzles=12", "batch_size=2"]
 SWEEP = [*POINT, f"sampler.max_steps={','.join(map(str, STEPS))}", "sweep_name=ray_test"]
-# metrics that measure time (or count what one process did: forwards seen by the expert hooks)
-PROCESS_LOCAL = re.compile(r"second|latency|wall_time|experts_per_forward")
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # the head and every worker on 127.0.0.1, never on the network
     "RAY_AUTH_MODE": "token",
@@ -92,19 +89,6 @@ def on_ray(address: str, *extra: str) -> list[str]:
     return ["hydra/launcher=ray", f"hydra.launcher.ray.init.address={address}", *extra]
 
 
-def run_dirs(sweep_dir: Path) -> dict[str, Path]:
-    return {p.parent.name: p.parent for p in sweep_dir.glob("*/metrics.json")}
-
-
-def comparable(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items() if k != "run" and not PROCESS_LOCAL.search(k)}
-
-
-def outputs(row: dict) -> tuple:
-    """What a sample decoded (not when or how fast)."""
-    return row["token_ids"], row["text"], row["nfe"], row["steps_per_canvas"], row["correct"]
-
-
 def same_results(run_dir: Path, ref: Path, config: bool = True) -> None:
     if config:
         assert (run_dir / "config.yaml").read_text() == (ref / "config.yaml").read_text()
@@ -112,15 +96,6 @@ def same_results(run_dir: Path, ref: Path, config: bool = True) -> None:
     assert {r["sample_id"]: outputs(r) for r in read_samples(run_dir)} == {
         r["sample_id"]: outputs(r) for r in read_samples(ref)
     }
-
-
-def exactly_once(run_dir: Path, expected: set[str]) -> None:
-    """Every line of every samples file a complete sample, each sample once, none missing."""
-    counts = Counter(
-        json.loads(line)["sample_id"] for f in sample_files(run_dir) for line in f.read_bytes().splitlines()
-    )
-    assert set(counts) == expected and set(counts.values()) == {1}, counts.most_common(3)
-    assert not list(run_dir.glob("*.bad-*")), "a line was dropped and decoded again"
 
 
 @pytest.fixture(scope="module")
