@@ -27,8 +27,11 @@ from tests.helpers.app import REPO, app_env
 from tests.helpers.compare import PROCESS_LOCAL, comparable, exactly_once, outputs, run_dirs
 from tests.helpers.paused_run import PAUSE_DIR, pause_file
 
+# a safety net only (nothing here waits for a moment in time): a sweep takes ~30 s on a quiet 2-core machine, and
+# several minutes beside the rest of `make test` and a CPU hog
+SWEEP_TIMEOUT_S = 1200
 # one worker runs them all (pytest-xdist --dist loadgroup): one Ray per module, and its 2 fake GPUs are theirs
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.timeout(2 * SWEEP_TIMEOUT_S)]
 
 STEPS = (4, 8, 16, 48)
 POINT = ["model=sudoku6_diffusion", "eval=sudoku6", "eval.num_puzzles=12", "batch_size=2"]
@@ -74,7 +77,7 @@ def start(module: str, overrides: list[str], log: Path, **env) -> subprocess.Pop
     return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def finish(proc: subprocess.Popen, log: Path, ok: bool = True, timeout: float = 300) -> str:
+def finish(proc: subprocess.Popen, log: Path, ok: bool = True, timeout: float = SWEEP_TIMEOUT_S) -> str:
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -158,7 +161,7 @@ def test_four_point_sweep_on_two_gpus_matches_the_local_launcher(ray_head, local
     )
 
 
-def wait_for(what: str, predicate, timeout: float = 180, proc: subprocess.Popen | None = None):
+def wait_for(what: str, predicate, timeout: float = SWEEP_TIMEOUT_S, proc: subprocess.Popen | None = None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := predicate():
