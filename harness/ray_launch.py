@@ -60,14 +60,15 @@ class RaySettings:
 
     def connect(self) -> None:
         """Start Ray on this machine (address null) or join the cluster at `init.address`; once per process."""
+        init = dict(self.init)
+        if init.get("address") is None and "ray" not in sys.modules:
+            # a Ray of our own serves this machine only: keep it on the loopback interface, off the network (Ray
+            # reads this when it is imported)
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         import ray
 
         if ray.is_initialized():
             return
-        init = dict(self.init)
-        if init.get("address") is None:
-            # a Ray of our own serves this machine only: keep it on the loopback interface, off the network
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         runtime_env = dict(init.pop("runtime_env", None) or {})
         runtime_env["env_vars"] = {**forwarded_env(self.env), **dict(runtime_env.get("env_vars") or {})}
         t0 = time.monotonic()

@@ -37,7 +37,6 @@ class RayLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import ray
         from hydra.core.singleton import Singleton
         from hydra.core.utils import JobStatus, configure_log, filter_overrides, setup_globals
 
@@ -48,7 +47,9 @@ class RayLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        self.settings.connect()
+        self.settings.connect()  # before Ray is imported here: a Ray started here reads its network setting then
+        import ray
+
         log.info("Ray launcher: %d jobs, sweep output dir %s", len(job_overrides), sweep_dir)
         pending = []
         for idx, overrides in enumerate(job_overrides, initial_job_idx):
