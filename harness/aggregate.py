@@ -33,7 +33,7 @@ from harness.dominance import add_dominance, default_knobs, describe, matches_kn
 from harness.fronts import annotate_fronts
 from harness.lengths import format_lengths, length_crossovers, length_series
 from harness.scaling import crossovers, format_latency, format_scaling, scaling_series
-from harness.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_samples
+from harness.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_run
 
 ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
 # The failure-mode figures (evals.diagnostics) shown beside quality and TPF; `length_ratio_vs_ar` is filled in
@@ -152,7 +152,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     metrics = read_metrics(run_dir)
     run = metrics.get("run") or {}
     sampler = run.get("sampler") or {}
-    scan = scan_samples(run_dir / SAMPLES)
+    scan = scan_run(run_dir)
     rows = list(scan.rows.values())
     if scan.bad:
         print(f"[aggregate] {run_dir / SAMPLES}: skipped {len(scan.bad)} unreadable line(s) ({scan.describe_bad()})")

@@ -56,7 +56,7 @@ def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None
     """
     items = checked_items(ev) if items is None else items
     ids = [it.sample_id for it in items]
-    shas = {it.sample_id: item_sha(it.sample_id, it.prompt, it.target) for it in items}
+    shas = item_shas(items)
     done = store.load()
     if changed := changed_items(done, shas):
         raise stale_inputs_error(changed)
@@ -77,10 +77,20 @@ def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None
         bar.update(1)
         bar.set_postfix(tpf=f"{tokens / max(1, nfe):.2f}")
     bar.close()
-    rows = [done[i] for i in ids]
+    return items_metrics(ev, [done[i] for i in ids], shas)
+
+
+def items_metrics(ev, rows: list[dict[str, Any]], shas: dict[str, str]) -> dict[str, Any]:
+    """A run's metrics from its stored rows (in item order) and its items' hashes: decode figures, diagnostics, the
+    eval's own scores and the item-set hash. Only the rows count, so a sharded run's merged rows give the same."""
     return {
         **decode_metrics(rows),
         **run_diagnostics(rows),
         **ev.summarize(rows),
         "items_sha": items_sha(list(shas.values())),
     }
+
+
+def item_shas(items: list) -> dict[str, str]:
+    """What each sample is made from, by sample id (stored with it, compared on resume)."""
+    return {it.sample_id: item_sha(it.sample_id, it.prompt, it.target) for it in items}

@@ -8,7 +8,9 @@ values) then holds config.yaml, samples.jsonl and metrics.json.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,9 @@ from harness.configs import (
 )
 from harness.evaluate import checked_items, run_items
 from harness.identity import loaded_commit, model_identity
-from harness.store import ResultStore, scan_samples
+from harness.ray_launch import RayTask
+from harness.shards import check_shards, run_sharded
+from harness.store import ResultStore, scan_run
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -127,6 +131,7 @@ def check_top_level(cfg: DictConfig) -> None:
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    started = time.time()
     check_top_level(cfg)
     sampler = instantiate(cfg.sampler)
     ev = instantiate(cfg.eval)
@@ -136,75 +141,69 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     # no items, or repeated ids: fail here, before any weights load (lm-eval builds its items while it runs)
     items = None if isinstance(ev, SelfDrivingEval) else checked_items(ev)
     check = BatchCheckConfig.from_config(cfg.get("batch_check"), ev)
+    check_shards(cfg, ev)
     batch_size = plan_batch_size(cfg, ev, sampler, items)
     logger = instantiate(cfg.logger)
     route_preemption_signals()  # in a Slurm job: SIGUSR1 requeues like USR2 (harness.cluster)
     store = ResultStore(run_dir)  # exclusive: a second process on the same run dir fails here
     try:
-        return _run(cfg, store, sampler, ev, items, batch_size, logger, check)
+        return _run(cfg, store, sampler, ev, items, batch_size, logger, started, check)
     finally:
         store.close()
 
 
 def _run(
-    cfg: DictConfig, store: ResultStore, sampler, ev, items, batch_size: int, logger, check: BatchCheckConfig
+    cfg: DictConfig,
+    store: ResultStore,
+    sampler,
+    ev,
+    items,
+    batch_size: int,
+    logger,
+    started: float,
+    check: BatchCheckConfig,
 ) -> dict[str, Any]:
     if not cfg.resume:
         store.reset()
     identity = model_identity(cfg.model)
     store.check_identity(identity)  # retrained weights at the same path: stop, never mix
     (store.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-
-    import torch  # heavy imports only after every check above passed
-
-    torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
-    from harness.decode import decoder_for
-    from models.expert_counter import for_decoder as count_experts
-
-    model = instantiate(cfg.model)
-    if commit := loaded_commit(model):  # a hub id: name the weights actually loaded, and refuse a mix
-        store.check_identity({**identity, "model.commit": commit})
-    decoder = decoder_for(model, sampler)
-    info = decoder.describe()
-    run_info = {
-        "run_name": cfg.run_name,
-        "label": decoder.label,
-        "model": cfg.model.name,
-        "eval": ev.name,
-        "sampler": sampler.knobs() if decoder.label == DecoderKind.DIFFUSION else {},
-        "seed": cfg.seed,
-        "decoder": info,
-    }
-    if job := SlurmJob.from_env():  # hydra/launcher=slurm: which job, array task and node ran it, how often requeued
-        run_info["slurm"] = asdict(job)
-    if expected := report_values(cfg.get("report"), cfg.model, decoder.label):
-        run_info["report"] = expected
-    logger.start(
+    start_logger = partial(
+        logger.start,
         run_name=cfg.run_name,
         group=str(cfg.sweep_name),
         config=OmegaConf.to_container(cfg, resolve=True),
         run_dir=str(store.run_dir),
     )
-    # MoE experts touched per forward, by forward kind (router hooks, read once at the end; they would break a
-    # compiled graph, so compiled models go without). A resumed run counts the forwards it ran itself.
-    experts = None if cfg.model.get("compile") else count_experts(decoder)
-    if isinstance(ev, SelfDrivingEval):  # lm-eval builds and scores its own requests
-        metrics = ev.run(decoder, store, batch_size=batch_size, seed=cfg.seed)
+    if cfg.shards > 1:  # the shards decode (harness.shards); this process merges their samples
+        start_logger()
+        metrics, reports = run_sharded(cfg, store, ev, items, batch_size)
+        label, info, extra = reports[0]["label"], reports[0]["decoder"], {"shards": reports}
+        if commit := reports[0]["model.commit"]:
+            store.check_identity({**identity, "model.commit": commit})
     else:
-        metrics = run_items(ev, decoder, store, batch_size=batch_size, seed=cfg.seed, items=items)
+        metrics, label, info = _decode_here(cfg, store, sampler, ev, items, batch_size, identity, start_logger, check)
+        extra = {}
     metrics["batch_size"] = batch_size
     metrics["max_new_tokens"] = ev.max_new_tokens  # the output-length cap (experiment=output_lengths sweeps it)
-    if experts is not None:
-        if experts.forwards():
-            metrics["experts_per_forward"] = experts.summary()
-        experts.close()
-    # after the expert counts: its batch-1 forwards are not the run's
-    done = scan_samples(store.samples_path).rows
-    if block := run_batch_check(check, ev, decoder, store, batch_size, cfg.seed, items, done):
-        metrics["batch_check"] = block
+    run_info = {
+        "run_name": cfg.run_name,
+        "label": label,
+        "model": cfg.model.name,
+        "eval": ev.name,
+        "sampler": sampler.knobs() if label == DecoderKind.DIFFUSION else {},
+        "seed": cfg.seed,
+        "decoder": info,
+    }
+    if job := SlurmJob.from_env():  # hydra/launcher=slurm: which job, array task and node ran it, how often requeued
+        run_info["slurm"] = asdict(job)
+    if expected := report_values(cfg.get("report"), cfg.model, label):
+        run_info["report"] = expected
     # runs are compared (fronts, AUP) only on the same items: the eval's name, item count and item hash
     run_info["eval_id"] = f"{ev.name}-n{metrics['num_samples']}-{metrics.get('items_sha', 'unknown')[:6]}"
-    metrics["run"] = run_info
+    if task := RayTask.current():  # hydra/launcher=ray: which task, node and GPUs ran it, and when (wall clock)
+        run_info["ray"] = {**asdict(task), "started_at": started, "finished_at": time.time()}
+    metrics["run"] = {**run_info, **extra}
     store.write_metrics(metrics)
     logger.finish(metrics, ev.scored_rows(store))
     log.info(
@@ -217,6 +216,41 @@ def _run(
         store.run_dir,
     )
     return metrics
+
+
+def _decode_here(
+    cfg, store, sampler, ev, items, batch_size: int, identity, start_logger, check: BatchCheckConfig
+) -> tuple[dict, str, dict]:
+    """Load the model in this process and decode what is not stored yet: (metrics, decoder label, its description);
+    then the batch check, if asked (`harness.batch_check`)."""
+    import torch  # heavy imports only after every check passed
+
+    torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
+    from harness.decode import decoder_for
+    from models.expert_counter import for_decoder as count_experts
+
+    model = instantiate(cfg.model)
+    if commit := loaded_commit(model):  # a hub id: name the weights actually loaded, and refuse a mix
+        store.check_identity({**identity, "model.commit": commit})
+    decoder = decoder_for(model, sampler)
+    info = decoder.describe()
+    start_logger()
+    # MoE experts touched per forward, by forward kind (router hooks, read once at the end; they would break a
+    # compiled graph, so compiled models go without). A resumed run counts the forwards it ran itself.
+    experts = None if cfg.model.get("compile") else count_experts(decoder)
+    if isinstance(ev, SelfDrivingEval):  # lm-eval builds and scores its own requests
+        metrics = ev.run(decoder, store, batch_size=batch_size, seed=cfg.seed)
+    else:
+        metrics = run_items(ev, decoder, store, batch_size=batch_size, seed=cfg.seed, items=items)
+    if experts is not None:
+        if experts.forwards():
+            metrics["experts_per_forward"] = experts.summary()
+        experts.close()
+    # after the expert counts: its batch-1 forwards are not the run's
+    done = scan_run(store.run_dir).rows  # every samples file (a run resumed after a sharded one has several)
+    if block := run_batch_check(check, ev, decoder, store, batch_size, cfg.seed, items, done):
+        metrics["batch_check"] = block
+    return metrics, decoder.label, info
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

@@ -5,6 +5,11 @@ at any moment loses at most the sample in flight; unreadable lines (a torn last 
 `metrics.json` is written atomically (temp file + rename) once the run completes. Re-running a config
 into the same directory skips the samples already present (resume).
 
+A sharded run (`shards=N`, harness.shards) keeps the one-writer rule per file: shard i appends only to
+`samples.shard-<i>.jsonl` (its own lock), the run's coordinator holds the run dir's lock and writes `metrics.json`.
+Every reader merges `samples.jsonl` and the shard files (first row per sample id wins), so a run can be resumed
+with another shard count, or none.
+
 This module is the one reader of both files: `read_samples` / `read_metrics` (read-only, for aggregation
 and plots) and `ResultStore.load` (the resume path, which also drops the bad lines from the file).
 A bad line is one that is not a JSON object with a string `sample_id` and numeric `num_tokens`, `nfe` and
@@ -28,6 +33,7 @@ from typing import Any
 from contract.files import atomic_write
 
 SAMPLES = "samples.jsonl"
+SHARD_SAMPLES = "samples.shard-{}.jsonl"  # shard i's own samples file (harness.shards)
 METRICS = "metrics.json"
 IDENTITY = "identity.json"
 # `harness.batch_check`'s batch-1 re-decodes: their own file, so samples.jsonl only ever holds the run's samples
@@ -47,30 +53,45 @@ class RunDirBusy(RuntimeError):
     """Another process holds this run dir: two writers would decode every sample twice."""
 
 
-class ResultStore:
-    """One run dir, held exclusively by one process (an `flock` on `.lock`, released at exit or `close()`)."""
+def sample_files(run_dir: str | Path) -> list[Path]:
+    """The run dir's samples files, in merge order: `samples.jsonl`, then the shard files by shard number."""
+    run_dir = Path(run_dir)
+    shards = sorted(run_dir.glob(SHARD_SAMPLES.format("*")), key=lambda p: (len(p.name), p.name))
+    return [p for p in (run_dir / SAMPLES, *shards) if p.is_file()]
 
-    def __init__(self, run_dir: str | Path, lock: bool = True):
+
+class ResultStore:
+    """One run dir, held exclusively by one process (an `flock` on `.lock`, released at exit or `close()`).
+
+    `shard=i`: the store of shard i of a sharded run: it appends to `samples.shard-<i>.jsonl` under its own lock
+    (the coordinator holds `.lock`), and reads every samples file of the run dir like any store."""
+
+    def __init__(self, run_dir: str | Path, lock: bool = True, shard: int | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.samples_path = self.run_dir / SAMPLES
+        self.samples_path = self.run_dir / (SAMPLES if shard is None else SHARD_SAMPLES.format(shard))
         self.metrics_path = self.run_dir / METRICS
         self._lock = None
         if lock:
-            self._acquire()
+            self._acquire(LOCK if shard is None else f"{LOCK}.shard-{shard}")
 
-    def _acquire(self) -> None:
+    def _acquire(self, name: str) -> None:
         import fcntl
 
-        f = open(self.run_dir / LOCK, "a+")  # held open for the store's lifetime
+        f = open(self.run_dir / name, "a+")  # held open for the store's lifetime
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
             f.close()
             raise RunDirBusy(
-                f"{self.run_dir} is being written by another process (same config running twice, or a parallel "
-                f"launcher with duplicate jobs); wait for it to finish, then re-run to resume"
+                f"{self.run_dir} is being written by another process (pid {holder}: same config running twice, or "
+                f"a parallel launcher with duplicate jobs); wait for it to finish, then re-run to resume"
             ) from None
+        f.truncate(0)  # the holder's pid, for the message above and for tests that kill the writer
+        f.write(f"{os.getpid()}\n")
+        f.flush()
         self._lock = f
 
     def close(self) -> None:
@@ -94,10 +115,17 @@ class ResultStore:
         atomic_write(path, json.dumps({**old, **identity}, indent=2, sort_keys=True, default=str))
 
     def load(self) -> dict[str, dict[str, Any]]:
-        """Finished samples by id (first row per id wins). Drops every bad line (see the module docstring), not
-        only a torn last one left by a crash, and says so: a warning names the file and the line numbers, and
-        the original file is kept as `samples.jsonl.bad-<timestamp>` before it is rewritten without them."""
+        """Finished samples by id from every samples file of the run dir (first row per id wins). Drops every bad
+        line of this store's own file (see the module docstring), not only a torn last one left by a crash, and
+        says so: a warning names the file and the line numbers, and the original file is kept as
+        `<file>.bad-<timestamp>` before it is rewritten without them. Other files are only read (their writers
+        repair them), their bad lines skipped."""
         scan = scan_samples(self.samples_path)
+        rows = dict(scan.rows)
+        for path in sample_files(self.run_dir):
+            if path != self.samples_path:
+                for sid, row in scan_samples(path).rows.items():
+                    rows.setdefault(sid, row)
         if scan.bad:
             backup = _backup_path(self.samples_path)
             shutil.copy2(self.samples_path, backup)
@@ -109,7 +137,7 @@ class ResultStore:
                 backup,
             )
             atomic_write(self.samples_path, b"".join(scan.good_lines).decode("utf-8"))
-        return scan.rows
+        return rows
 
     def append(self, row: dict[str, Any]) -> None:
         append_line(self.samples_path, row)
@@ -119,7 +147,7 @@ class ResultStore:
 
     def reset(self) -> None:
         """Forget earlier results (a fresh, non-resumed run into the same directory)."""
-        for p in (self.samples_path, self.metrics_path, self.run_dir / IDENTITY, self.run_dir / BATCH_CHECK):
+        for p in (*sample_files(self.run_dir), self.metrics_path, self.run_dir / IDENTITY, self.run_dir / BATCH_CHECK):
             p.unlink(missing_ok=True)
 
 
@@ -138,7 +166,7 @@ class SamplesScan:
 
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     good_lines: list[bytes] = field(default_factory=list)
-    bad: list[tuple[int, str]] = field(default_factory=list)
+    bad: list[tuple[int | str, str]] = field(default_factory=list)  # (line number, or `<file>:<line>`, why)
 
     def describe_bad(self, at_most: int = 10) -> str:
         shown = "; ".join(f"line {n}: {why}" for n, why in self.bad[:at_most])
@@ -168,7 +196,7 @@ def _row_problem(line: bytes) -> tuple[dict[str, Any] | None, str]:
 
 
 def scan_samples(path: str | Path) -> SamplesScan:
-    """Read a samples.jsonl (see `SamplesScan`); an empty scan when there is no file."""
+    """Read one samples file (see `SamplesScan`); an empty scan when there is no file."""
     scan = SamplesScan()
     path = Path(path)
     if not path.exists():
@@ -184,6 +212,20 @@ def scan_samples(path: str | Path) -> SamplesScan:
     return scan
 
 
+def scan_run(run_dir: str | Path) -> SamplesScan:
+    """Every samples file of a run dir merged (`sample_files` order, first row per id wins); bad lines are named
+    `<file>:<line>` when the run has more than one file."""
+    files = sample_files(run_dir)
+    merged = SamplesScan()
+    for path in files:
+        scan = scan_samples(path)
+        for sid, row in scan.rows.items():
+            merged.rows.setdefault(sid, row)
+        merged.good_lines += scan.good_lines
+        merged.bad += [(n if len(files) == 1 else f"{path.name}:{n}", why) for n, why in scan.bad]
+    return merged
+
+
 def _backup_path(path: Path) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%S")
     backup, k = path.with_name(f"{path.name}.bad-{stamp}"), 1
@@ -193,9 +235,9 @@ def _backup_path(path: Path) -> Path:
 
 
 def read_samples(run_dir: str | Path) -> list[dict[str, Any]]:
-    """A run dir's samples.jsonl rows, read-only (the file is never rewritten): first row per sample id
-    wins, bad lines are skipped (see `ResultStore.load`; `scan_samples` lists them); [] when there is no file."""
-    return list(scan_samples(Path(run_dir) / SAMPLES).rows.values())
+    """A run dir's sample rows from all its samples files, read-only (never rewritten): first row per sample id
+    wins, bad lines are skipped (see `ResultStore.load`; `scan_run` lists them); [] when there is no file."""
+    return list(scan_run(run_dir).rows.values())
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, Any]:

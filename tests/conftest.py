@@ -32,12 +32,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("sandbox") or item.path.name in SANDBOX_MODULES:
             item.add_marker(pytest.mark.xdist_group("sandbox"))
+    if getattr(config.option, "loadgroup", False):  # set in xdist workers under --dist loadgroup
+        tag_xdist_groups(items)
     if torch.cuda.is_available():
         return
     no_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(no_gpu)
+
+
+def tag_xdist_groups(items) -> None:
+    """pytest-xdist 3.8 sends grouped tests to one worker by tagging their node ids `<id>@<group>` through
+    `item._nodeid`, which pytest 9 no longer reads (the id lives in `item._id`): untagged, `--dist loadgroup` spread
+    the Slurm, Ray and sandbox tests over both workers (two clusters at once). Tag them here the way pytest 9 reads."""
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # pytest < 9: xdist's own tagging works
+        return
+    for item in items:
+        groups = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
+        if groups and "@" not in item.nodeid.rsplit("::", 1)[-1]:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +98,7 @@ def adapter_factory():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Sandbox tests skipped for want of bubblewrap, and Slurm tests without a cluster, must not pass unnoticed."""
+    """Sandbox tests skipped for want of bubblewrap, Slurm or Ray tests without a cluster, must not pass unnoticed."""
     missing = [r for r in terminalreporter.stats.get("skipped", []) if "BUBBLEWRAP MISSING" in str(r.longrepr)]
     if missing:
         terminalreporter.write_sep(
@@ -89,6 +107,10 @@ def pytest_terminal_summary(terminalreporter):
             red=True,
             bold=True,
         )
+    no_ray = [r for r in terminalreporter.stats.get("skipped", []) if "RAY UNAVAILABLE" in str(r.longrepr)]
+    if no_ray:  # why: ray not installed, or its daemons could not start (tests/test_ray.py)
+        terminalreporter.write_sep("!", f"{len(no_ray)} RAY TESTS DID NOT RUN", red=True, bold=True)
+        terminalreporter.write_line(str(no_ray[0].longrepr[-1]).splitlines()[0], red=True)
     no_slurm = [r for r in terminalreporter.stats.get("skipped", []) if "SLURM UNAVAILABLE" in str(r.longrepr)]
     if no_slurm:  # why: not root, packages missing, a daemon that did not start (tests/helpers/slurm_cluster.py)
         terminalreporter.write_sep("!", f"{len(no_slurm)} SLURM TESTS DID NOT RUN", red=True, bold=True)

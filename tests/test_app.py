@@ -46,6 +46,7 @@ def app_args(tiny_diffusion_dir, tmp_path_factory):
         ("eval.path=missing.jsonl", "eval.path"),
         ("resume=no", "resume"),
         ("seed=1.5", "seed"),
+        ("shards=0", "shards"),
         ("batch_size=0", "batch_size"),
         ("batch_size=1.5", "batch_size"),
         ("eval.stop_strings=['']", "eval.stop_strings"),

@@ -229,3 +229,64 @@ def test_real_app_two_job_sweep_through_submitit_local(tmp_path):
     assert sum(n.endswith("_steps.png") for n in figs) == 2
     assert sum("_canvas_" in n and n.endswith(".png") for n in figs) == 2  # trajectories were captured
     assert textwrap.dedent("[sweep summary]") in out.stdout
+
+
+def test_local_launchers_refuse_to_stack_gpu_jobs_on_one_gpu():
+    """With fake device counts: submitit's local executor would give every job GPUs 0..g-1 at once, joblib every
+    worker cuda:0; both refuse before anything runs and name hydra/launcher=ray. CPU sweeps and single jobs pass."""
+    from harness.devices import check_joblib, check_submitit_local, uses_cuda, visible_gpus
+
+    check_submitit_local(jobs=4, gpus_per_node=0, visible=8)  # a CPU sweep on a GPU machine
+    check_submitit_local(jobs=1, gpus_per_node=2, visible=8)  # one job may have two GPUs
+    with pytest.raises(ValueError, match=r"gpus_per_node=1.*all 4 jobs at once.*hydra/launcher=ray"):
+        check_submitit_local(jobs=4, gpus_per_node=1, visible=8)
+    with pytest.raises(ValueError, match=r"gpus_per_node=2: this machine shows 1 GPU"):
+        check_submitit_local(jobs=1, gpus_per_node=2, visible=1)
+    check_joblib(jobs=4, n_jobs=2, visible=0, cuda_jobs=[True] * 4)  # no GPU: nothing to share
+    check_joblib(jobs=4, n_jobs=2, visible=8, cuda_jobs=[False] * 4)  # CPU models on a GPU machine
+    check_joblib(jobs=4, n_jobs=1, visible=8, cuda_jobs=[True] * 4)  # one at a time
+    with pytest.raises(ValueError, match=r"n_jobs=2: .*2 GPU jobs at once.*8 GPU\(s\).*cuda:0.*hydra/launcher=ray"):
+        check_joblib(jobs=4, n_jobs=2, visible=8, cuda_jobs=[True] * 4)
+    assert (
+        visible_gpus({"CUDA_VISIBLE_DEVICES": "3,5"}) == ["3", "5"] and visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    )
+    assert uses_cuda("cuda") and uses_cuda("cuda:1") and uses_cuda("cpu", "auto") and not uses_cuda("cpu")
+
+
+def test_launcher_yamls_compose_into_the_guarded_launchers_and_ray():
+    from tests.helpers.app import compose_app
+
+    for name, target in (("local", "GuardedLocalLauncher"), ("parallel", "GuardedJoblibLauncher")):
+        cfg = compose_app(f"hydra/launcher={name}", with_hydra=True)
+        assert cfg.hydra.launcher._target_.endswith(target)
+    cfg = compose_app("hydra/launcher=ray", "hydra.launcher.ray.init.address=auto", with_hydra=True)
+    from harness.ray_launch import RaySettings
+
+    s = RaySettings.parse(cfg.hydra.launcher.ray)
+    assert (s.num_gpus, s.num_cpus, s.max_retries, s.init["address"]) == ("auto", 1, 2, "auto")
+    assert "HF_*" in s.env and "WANDB_*" in s.env and "num_cpus" not in s.init  # nulls are not passed to ray.init
+    for key, bad, msg in (("num_gpus", -1, "num_gpus: auto or a number"), ("max_retries", 1.5, "max_retries")):
+        with pytest.raises(ValueError, match=f"hydra.launcher.ray.{msg}"):
+            RaySettings.parse({**cfg.hydra.launcher.ray, key: bad})
+
+
+def test_sharded_run_dir_is_read_merged(tmp_path):
+    """Shard files and samples.jsonl are one run to every reader (first row per id wins); each store writes its own."""
+    from harness.store import SHARD_SAMPLES, ResultStore, RunDirBusy, read_samples, sample_files
+
+    row = {"num_tokens": 1, "nfe": 1, "wall_time_s": 0.1}
+    main = ResultStore(tmp_path)
+    main.append({**row, "sample_id": "a"})
+    shard = ResultStore(tmp_path, shard=1)  # its own lock beside the run dir's
+    shard.append({**row, "sample_id": "b"})
+    with (tmp_path / SHARD_SAMPLES.format(1)).open("a") as f:
+        f.write('{"sample_id": "c", "nfe"')  # a torn last line in the shard's file
+    with pytest.raises(RunDirBusy, match=f"pid {os.getpid()}"):
+        ResultStore(tmp_path, shard=1)
+    assert [p.name for p in sample_files(tmp_path)] == ["samples.jsonl", "samples.shard-1.jsonl"]
+    assert sorted(r["sample_id"] for r in read_samples(tmp_path)) == ["a", "b"]
+    assert sorted(main.load()) == ["a", "b"]  # another store's file is read, never rewritten
+    assert (tmp_path / SHARD_SAMPLES.format(1)).read_text().endswith('"nfe"')
+    assert sorted(shard.load()) == ["a", "b"] and list(tmp_path.glob("samples.shard-1.jsonl.bad-*"))
+    main.reset()
+    assert sample_files(tmp_path) == []
