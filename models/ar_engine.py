@@ -162,16 +162,16 @@ class AREngine:
         width = max(len(p) for p in heads)
         last = [None] * len(seqs)  # hidden state at each row's last prompt position
         for lo in range(0, width, PREFILL_CHUNK):
-            hi = min(width, lo + PREFILL_CHUNK)
-            ids = torch.zeros((len(seqs), hi - lo), dtype=torch.long)
-            for i, p in enumerate(heads):
-                part = p[lo:hi]
-                ids[i, : len(part)] = torch.tensor(part, dtype=torch.long)
-            h = t.forward(cache, rows, [lo] * len(seqs), ids.to(dev))
+            # only rows with tokens left run; a row ending inside the chunk is padded past its end (rewritten later)
+            part = [i for i, p in enumerate(heads) if len(p) > lo]
+            chunks = [heads[i][lo : lo + PREFILL_CHUNK] for i in part]
+            n = max(len(q) for q in chunks)
+            ids = torch.tensor([q + [0] * (n - len(q)) for q in chunks], dtype=torch.long, device=dev)
+            h = t.forward(cache, [rows[i] for i in part], [lo] * len(part), ids, [len(q) for q in chunks])
             self.prefill_forwards += 1
-            for i, p in enumerate(heads):
-                if first_here and lo <= len(p) - 1 < hi:
-                    last[i] = h[i, len(p) - 1 - lo]
+            for j, (i, q) in enumerate(zip(part, chunks, strict=True)):
+                if first_here and lo + len(q) == len(heads[i]):
+                    last[i] = h[j, len(q) - 1]
         if not first_here:
             return []
         seeds = torch.tensor([s.req.seed for s in seqs], device=dev)

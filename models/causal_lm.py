@@ -32,10 +32,13 @@ class CausalLM:
     def new_cache(self, rows: int, capacity: int, max_chunk: int) -> SlotCache:
         return SlotCache(self.text_config, rows, capacity, max_chunk, self.dtype, self.device, self.row_indexed)
 
-    def forward(self, cache: SlotCache, rows: list[int] | None, starts: list[int], ids: torch.Tensor) -> torch.Tensor:
-        """Run `ids` (b, n) at positions starts[i].. of rows `rows`, writing their K/V; return hidden (b, n, H)."""
+    def forward(
+        self, cache: SlotCache, rows: list[int] | None, starts: list[int], ids: torch.Tensor, real=None
+    ) -> torch.Tensor:
+        """Run `ids` (b, n) at positions starts[i].. of rows `rows`, writing their K/V; return hidden (b, n, H).
+        `real[i]`: how many of row i's n tokens are its own (the rest pad it to the chunk)."""
         n = ids.shape[1]
-        cache.begin(rows, starts, n)
+        cache.begin(rows, starts, n, real)
         positions = torch.tensor(starts, device=self.device)[:, None] + torch.arange(n, device=self.device)
         masks = cache.masks(positions, self.dtype)
         out = self.body(input_ids=ids, attention_mask=masks, position_ids=positions, past_key_values=cache)

@@ -9,9 +9,14 @@ import pytest
 
 from tests.helpers.app import REPO, compose_app, run_app
 
-# parts/ are not experiments; report_* presets decode the released models on a GPU: their CPU twins
-# (experiment/twin/) run end to end in tests/test_report_presets.py instead
-EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml") if not p.stem.startswith("report_"))
+# parts/ are not experiments; GPU presets (report_*, output_lengths*) decode the released models: their CPU twins
+# (experiment/twin/) run end to end in tests/test_report_presets.py and tests/test_output_lengths.py instead
+TWINS = {p.stem for p in (REPO / "conf" / "experiment" / "twin").glob("*.yaml")}
+EXPERIMENTS = sorted(
+    p.stem
+    for p in (REPO / "conf" / "experiment").glob("*.yaml")
+    if not p.stem.startswith("report_") and p.stem not in TWINS
+)
 
 
 @pytest.mark.slow

@@ -158,4 +158,6 @@ def test_lockstep_ttft_is_the_batch_first_canvas():
     first_commit = next(e for e in clock.events if e[0] == "commit")
     for res in results:
         assert 0 < res.ttft_s <= first_commit[1] - t0 and res.ttft_s < res.latency_s
-    assert results[0].ttft_s == pytest.approx(results[1].ttft_s, abs=1e-3)
+    # the same moment for both rows, less their admission times (taken one after the other: a busy machine can
+    # put a context switch between them)
+    assert results[0].ttft_s == pytest.approx(results[1].ttft_s, abs=0.05)

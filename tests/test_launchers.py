@@ -124,7 +124,18 @@ def test_submitit_local_sweep_with_wandb_and_sweep_summary(tmp_path):
         assert run.summary["quality"] == pytest.approx(quality) == pytest.approx(metrics["quality"])
         assert run.summary["tpf"] == pytest.approx(metrics["tpf"]) and "run" not in run.summary
         table = run.table("samples")
-        assert list(table.columns) == ["sample_id", "text", "correct", "tpf", "nfe", "num_tokens", "finished_by"]
+        assert list(table.columns) == [
+            "sample_id",
+            "text",
+            "correct",
+            "format_ok",
+            "tpf",
+            "nfe",
+            "num_tokens",
+            "finished_by",
+            "ttft_s",
+            "latency_s",
+        ]
         rows = read_samples(sweep / name)
         assert table["sample_id"].tolist() == [r["sample_id"] for r in rows]
         assert table["correct"].tolist() == [r["correct"] for r in rows]
