@@ -15,6 +15,7 @@ from bench import gpu_plan
 from bench.cost_model import AR, DIFFUSION, GPUS, Model, gpu_spec, touched_fraction
 
 CTX = (1024, 8192, 32768)
+pytestmark = pytest.mark.slow  # the shared profile traces the twins (~20 s): `make test`, not the edit-test loop
 
 
 @pytest.fixture(scope="module")
