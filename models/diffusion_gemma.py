@@ -156,7 +156,7 @@ class DiffusionGemmaAdapter:
             part = [(r, p[lo : lo + chunk]) for r, p in zip(rows, prompts, strict=True) if len(p) > lo]
             hidden = self._encode(state, [r for r, _ in part], [lo] * len(part), [q for _, q in part])
             for i, (r, q) in enumerate(part):
-                state.last_hidden[r] = hidden[i, len(q) - 1]
+                state.last_hidden[r] = hidden[i, len(q) - 1].clone()  # not a view pinning the chunk
         for r, p in zip(rows, prompts, strict=True):
             state.lengths[r] = len(p)
         return state
@@ -169,7 +169,7 @@ class DiffusionGemmaAdapter:
         hidden = self._encode(state, rows, [state.lengths[r] for r in rows], canvas)
         for i, r in enumerate(rows):
             state.lengths[r] += canvas.shape[1]
-            state.last_hidden[r] = hidden[i, -1]
+            state.last_hidden[r] = hidden[i, -1].clone()
         return state
 
     def release(self, state: ContextState, rows: list[int]) -> ContextState:
