@@ -52,8 +52,8 @@ class Decoder(Protocol):
 class BlockDiffusionAdapter(Protocol):
     """What the block-diffusion engine (`harness.decode`) needs from a model (`models.diffusion_gemma`).
 
-    A batch state holds a KV cache with every row right-aligned; rows can be committed, dropped and
-    admitted without reading the device."""
+    A batch state holds per-row slots of one KV cache: row r keeps its context until it is released, rows are
+    admitted into free rows, committed and released without reading the device or moving other rows."""
 
     kind: DecoderKind  # DIFFUSION
     tokenizer: Any
@@ -69,20 +69,23 @@ class BlockDiffusionAdapter(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
-    def prefill(self, prompts: list[list[int]]) -> Any:
-        """Encode prompts into a fresh batch state (one encoder forward)."""
+    def open(self, rows: int, canvas_length: int | None = None) -> Any:
+        """An empty batch state of `rows` rows for canvases of `canvas_length`."""
+
+    def prefill(self, prompts: list[list[int]], state: Any = None, rows: list[int] | None = None, grow: int = 0) -> Any:
+        """Encode prompts into rows `rows` of `state` (a fresh state of len(prompts) rows when None)."""
 
     def commit(self, state: Any, canvas: Any, rows: list[int] | None = None) -> Any:
-        """Re-encode finished canvases of `rows` (all rows when None) into the context."""
+        """Re-encode finished canvases of `rows` (rows 0..len(canvas)-1 when None) into the context."""
 
-    def select(self, state: Any, rows: list[int]) -> Any:
-        """Keep only `rows` of the batch."""
+    def release(self, state: Any, rows: list[int]) -> Any:
+        """`rows` leave the batch; their slots take the next admissions."""
 
-    def merge(self, state: Any | None, new: Any) -> Any:
-        """The rows of `state` followed by the newly prefilled rows of `new`."""
+    def move(self, state: Any, src: int, dst: int) -> Any:
+        """Row `src`'s context becomes free row `dst`'s (packing the last rows of a run)."""
 
-    def canvas_masks(self, state: Any, canvas_length: int) -> Any:
-        """Decoder attention masks for the current batch state."""
+    def canvas_masks(self, state: Any, canvas_length: int, batch: int | None = None) -> Any:
+        """Decoder attention masks for the canvases of rows 0..batch-1."""
 
     def denoise(
         self, state: Any, canvas: Any, masks: Any, sc: Any = None, sc_rows: list[bool] | None = None, out: Any = None

@@ -223,8 +223,8 @@ class BlockDiffusionDecoder:
     # continuous batching (default)
 
     def _continuous(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
-        """Rows are slot rows of the cache: a request keeps its row until it ends, and a step computes rows 0 up
-        to the highest one in flight (a free row below it computes a dummy canvas, counted as waste)."""
+        """Rows are slot rows of the cache: a request keeps its row until it ends (or, once the queue is empty,
+        is packed down into a freed row), and a step computes rows 0 up to the highest one in flight."""
         cfg, model, c, v = self.sampler, self.model, self.canvas_length, self.model.vocab_size
         dev = model.device
         queue = iter(requests)

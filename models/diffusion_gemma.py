@@ -149,10 +149,10 @@ class DiffusionGemmaAdapter:
         if state is None:
             state = self.open(len(prompts))
         rows = list(range(len(prompts))) if rows is None else list(rows)
+        longest, chunk = max(len(p) for p in prompts), state.cache.max_chunk
         state.cache.reset(rows)
-        state.cache.reserve(max(len(p) for p in prompts) + grow + state.cache.max_chunk)
-        chunk = state.cache.max_chunk
-        for lo in range(0, max(len(p) for p in prompts), chunk):
+        state.cache.reserve(longest + grow + chunk)
+        for lo in range(0, longest, chunk):
             part = [(r, p[lo : lo + chunk]) for r, p in zip(rows, prompts, strict=True) if len(p) > lo]
             hidden = self._encode(state, [r for r, _ in part], [lo] * len(part), [q for _, q in part])
             for i, (r, q) in enumerate(part):
@@ -199,7 +199,7 @@ class DiffusionGemmaAdapter:
         ids = ids.to(self.device)
         n = ids.shape[1]
         cache = state.cache
-        cache.begin(None if rows == list(range(len(rows))) else rows, starts, n, real)
+        cache.begin(rows, starts, n, real)  # rows 0..b-1 in order run in place
         positions = torch.tensor(starts, device=self.device)[:, None] + torch.arange(n, device=self.device)
         masks = cache.masks(positions, self.dtype)
         out = self._encoder(input_ids=ids, attention_mask=masks, past_key_values=cache, position_ids=positions)

@@ -169,7 +169,7 @@ def kv_bytes_per_token(text_config, dtype_bytes: int) -> tuple[int, int, int | N
     return full, sliding, max(windows) if windows else None
 
 
-def sliding_storage_tokens(window: int, context_tokens: int, prompt_tokens: int, canvas_length: int) -> int:
+def sliding_storage_tokens(window: int, context_tokens: int, canvas_length: int) -> int:
     """Slots a sliding layer holds per row in the slot cache (`models.slot_cache`): a ring of `window - 1` plus
     one chunk (the canvas, which prompts are encoded in as well), never more than the context and a chunk."""
     return min(context_tokens, window - 1) + canvas_length
@@ -181,16 +181,15 @@ def kv_cache_bytes(
     context_tokens: int,
     canvas_length: int,
     dtype_bytes: int,
-    prompt_tokens: int | None = None,
 ) -> int:
     """Bytes of the slot cache: full layers hold the context plus the canvas written after it, sliding layers
-    `sliding_storage_tokens` (`prompt_tokens` is kept for the callers: the slots do not depend on it)."""
+    `sliding_storage_tokens` (what the prompt is does not matter: the slots are preallocated)."""
     per_row = 0
     for layer in _layers(text_config, dtype_bytes):
         if layer.window is None:
             tokens = context_tokens + canvas_length
         else:
-            tokens = sliding_storage_tokens(layer.window, context_tokens, prompt_tokens or 0, canvas_length)
+            tokens = sliding_storage_tokens(layer.window, context_tokens, canvas_length)
         per_row += layer.kv_bytes * tokens
     return batch_size * per_row
 
@@ -316,7 +315,7 @@ def estimate_decode_peak(
     weights, b = params * dtype_bytes, batch_size
     row = c * tc.vocab_size * 4
     u = b * row
-    kv = kv_cache_bytes(tc, b, context_tokens, c, dtype_bytes, prompt)
+    kv = kv_cache_bytes(tc, b, context_tokens, c, dtype_bytes)
     window = kv_bytes_per_token(tc, dtype_bytes)[2]
     sliding_keys = min(context_tokens, window - 1) if window else None
     step = forward_activation_bytes(tc, b, c, context_tokens, dtype_bytes, attn_implementation, sliding_keys)

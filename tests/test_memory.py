@@ -219,9 +219,9 @@ def test_activation_allowance_bounds_measured_forwards(attn, dtype):
             model.model.encoder(input_ids=torch.randint(3, 500, (b, c)), past_key_values=cache)
     step = forward_activation_bytes(tc, b, c, p, db, attn, min(p, WINDOW - 1))
     estimates = {
-        "prefill": (kv_cache_bytes(tc, b, p, c, db, p) + forward_activation_bytes(tc, b, p, 0, db, attn), prefill),
+        "prefill": (kv_cache_bytes(tc, b, p, c, db) + forward_activation_bytes(tc, b, p, 0, db, attn), prefill),
         "denoise": (step, denoise),
-        "commit": (kv_cache_bytes(tc, b, p + c, c, db, p) + step, commit),
+        "commit": (kv_cache_bytes(tc, b, p + c, c, db) + step, commit),
     }
     for phase, (est, mode) in estimates.items():
         assert mode.peak <= est <= 2.5 * mode.peak, (phase, mode.peak, est)
