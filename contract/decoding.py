@@ -26,6 +26,13 @@ class DecoderKind(StrEnum):
     AR_MTP = "ar+mtp"
     AR_DRAFT = "ar+draft"
     AR_SAME_WEIGHTS = "ar-same-weights"  # a block-diffusion checkpoint decoding autoregressively (its encoder)
+    SELF_SPECULATIVE = "self-speculative"  # diffusion drafts every canvas, the same weights' AR mode verifies it
+    ROUTED = "routed"  # diffusion drafts, a routing rule sends the hard canvases to the AR mode's verification
+
+    @classmethod
+    def drafted_by_diffusion(cls) -> tuple[DecoderKind, ...]:
+        """The kinds whose tokens the sampler group's denoising loop drafts (their runs record its knobs)."""
+        return (cls.DIFFUSION, cls.SELF_SPECULATIVE, cls.ROUTED)
 
 
 @runtime_checkable
@@ -77,6 +84,18 @@ class BlockDiffusionAdapter(Protocol):
 
     def commit(self, state: Any, canvas: Any, rows: list[int] | None = None) -> Any:
         """Re-encode finished canvases of `rows` (rows 0..len(canvas)-1 when None) into the context."""
+
+    def encode_canvas(self, state: Any, canvas: Any, rows: list[int]) -> Any:
+        """The commit's causal forward without advancing the contexts: (n, C, H) hidden states (verification)."""
+
+    def advance(self, state: Any, rows: list[int], counts: list[int], hidden: Any) -> Any:
+        """Keep the first counts[i] positions `encode_canvas` wrote for rows[i]; the rest is dropped, not copied."""
+
+    def ar_logits(self, hidden: Any) -> Any:
+        """float32 next-token logits of the AR mode (causal encoder + LM head) from encoder hidden states."""
+
+    def last_hidden_of(self, state: Any, rows: list[int]) -> Any:
+        """(n, H) encoder hidden state at each row's last context token (it predicts the row's next token)."""
 
     def release(self, state: Any, rows: list[int]) -> Any:
         """`rows` leave the batch; their slots take the next admissions."""

@@ -111,6 +111,21 @@ def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float | None]:
         "median_latency_s": latency[len(latency) // 2] if latency else 0.0,
         "mean_user_tokens_per_second": sum(user_tps) / len(user_tps) if user_tps else 0.0,
         **latency_percentiles(latency, ttft, user_tps),
+        **verify_figures(results),
+    }
+
+
+def verify_figures(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Hybrid decoding (the AR mode verifies diffusion-drafted canvases): how many verify forwards ran and the
+    drafts they accepted on average. Empty for runs without verification, whose metrics stay as they were."""
+    accepted = [a for r in results for a in (r.get("extra") or {}).get("accepted_per_verify", [])]
+    if not accepted:
+        return {}
+    canvases = sum(len(r.get("steps_per_canvas", [])) for r in results)
+    return {
+        "verify_forwards": len(accepted),
+        "mean_accepted_per_verify": sum(accepted) / len(accepted),
+        "verified_canvas_share": len(accepted) / canvases if canvases else 0.0,
     }
 
 

@@ -31,6 +31,7 @@ from contract.records import decode_metrics
 from evals.diagnostics import run_diagnostics
 from harness.dominance import add_dominance, default_knobs, describe, matches_knobs
 from harness.fronts import annotate_fronts
+from harness.hybrid import format_hybrid, hybrid_table
 from harness.lengths import format_lengths, length_crossovers, length_series
 from harness.scaling import crossovers, format_latency, format_scaling, scaling_series
 from harness.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_run
@@ -320,6 +321,9 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     if "reference_run" in table:
         print("\nDominance over the checkpoint's default sampler (paired test on the same items):")
         print(describe(table))
+    if hybrid := format_hybrid(hybrid_table(table)):
+        print("\nHybrid decoding vs the pure modes of the same weights (paired on items; p: one-sided, run better):")
+        print(hybrid)
     if latency := format_latency(table):
         print("\nLatency as users see it (seconds; per-user tokens/s: median and the rate 95% / 99% of users get):")
         print(latency)

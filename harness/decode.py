@@ -38,6 +38,7 @@ import torch
 from contract.decoding import DecoderKind
 from contract.records import GenerationRequest, GenerationResult, check_request
 from contract.text import cut_at_stop
+from harness.canvas_verify import sampling_of, verify_canvases, wants_verify
 from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.draw import StepDraw, draw_exact, draw_reference
@@ -166,6 +167,8 @@ class _Row:
     canvas_idx: int = 0
     step: int = 0
     outputs: list[int] = field(default_factory=list)
+    pin: int | None = None  # verification: the emitted AR token this canvas holds at position 0
+    warm: list[int] | None = None  # verification: the rejected draft's tokens after the pin, this canvas's start
 
 
 def _packing_move(rows: list) -> tuple[int, int] | None:
@@ -184,6 +187,8 @@ class BlockDiffusionDecoder:
 
     def __init__(self, model, sampler: SamplerConfig):
         self.model, self.sampler = model, sampler
+        if sampler.verify != "off":  # hybrid decoding: a series of its own on the fronts
+            self.label = DecoderKind.SELF_SPECULATIVE if sampler.verify == "always" else DecoderKind.ROUTED
         self.tokenizer = model.tokenizer
         self.canvas_length = sampler.canvas_length or model.canvas_length
         self.resumable = sampler.random_stream != "reference"
@@ -233,6 +238,8 @@ class BlockDiffusionDecoder:
         canvas = torch.empty((0, c), dtype=torch.long, device=dev)
         history = torch.full((cfg.stability_steps, 0, c), -1, dtype=torch.long, device=dev)
         logits = _Logits(c, v, dev, model.dtype if self.fused else None)
+        verifying_on = cfg.verify != "off"
+        pins = torch.empty(0, dtype=torch.long, device=dev)  # verification: each row's position-0 token, -1: none
         sample = fused_sampling(logits.sc) if self.fused else torch_sampling(self._draw)
         sc_rows: list[bool] = []
         exhausted = False
@@ -253,9 +260,11 @@ class BlockDiffusionDecoder:
                     rows += [None] * extra
                     sc_rows += [False] * extra
                     canvas = torch.cat([canvas, torch.zeros((extra, c), dtype=torch.long, device=dev)])
+                    pins = torch.cat([pins, torch.full((extra,), -1, dtype=torch.long, device=dev)])
                     history = torch.cat([history, torch.full((cfg.stability_steps, extra, c), -1, device=dev)], 1)
                 idx = torch.tensor(at, device=dev)
                 canvas = canvas.index_copy(0, idx, self._init_canvas(new))
+                pins = pins.index_fill(0, idx, -1)
                 history = history.index_fill(1, idx, -1)
                 for i, row in zip(at, new, strict=True):
                     rows[i], sc_rows[i] = row, False
@@ -264,7 +273,7 @@ class BlockDiffusionDecoder:
             while exhausted and (move := _packing_move(rows)):
                 src, dst = move
                 state = model.move(state, src, dst)
-                canvas[dst], history[:, dst] = canvas[src], history[:, src]
+                canvas[dst], history[:, dst], pins[dst] = canvas[src], history[:, src], pins[src]
                 if sc_rows[src]:
                     logits.sc[dst].copy_(logits.sc[src])
                 rows[dst], sc_rows[dst], rows[src], sc_rows[src] = rows[src], sc_rows[src], None, False
@@ -294,15 +303,20 @@ class BlockDiffusionDecoder:
             temperature = temps.to(dev)
             keys = keys.to(dev)
             out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas[:b], history[:, :b], v)
+            if verifying_on:  # a pinned position 0 keeps its (already emitted) AR token
+                pinned = pins[:b] >= 0
+                out.canvas[:, 0] = torch.where(pinned, pins[:b], out.canvas[:, 0])
+                out.argmax[:, 0] = torch.where(pinned, pins[:b], out.argmax[:, 0])
             canvas[:b], history[:, :b] = out.canvas, out.history
             parts = [out.finished.long()[:, None], out.kept[:, None], out.argmax]
             if cfg.capture_trajectory:  # the accepted mask rides in the same read
                 parts.append(out.keep.long())
             host = torch.cat(parts, dim=1).cpu().tolist()  # the one device read of the step
             read_at = time.perf_counter()  # a canvas that stopped in this step is final from here on
-            trajectory = out.mean_entropy.tolist() if cfg.capture_trajectory else None
+            entropies = out.mean_entropy.tolist() if cfg.capture_trajectory or cfg.verify == "step_cap" else None
+            trajectory = entropies if cfg.capture_trajectory else None
 
-            leaving, committing = [], []
+            leaving, committing, verifying = [], [], []
             rows[busy[0]].result.row_forwards += b - len(busy)  # free rows computed this step: waste
             for i in busy:
                 row, (fin, kept, *rest) = rows[i], host[i]
@@ -327,29 +341,47 @@ class BlockDiffusionDecoder:
                     )
                 row.step += 1
                 sc_rows[i] = cfg.self_conditioning
-                if not fin and row.step < cfg.max_steps:
+                if not fin and row.step < cfg.step_cap:
                     continue
                 res.step_cap_hits += int(not fin)
+                if verifying_on and wants_verify(cfg, bool(fin), row.step, entropies[i] if entropies else None):
+                    verifying.append(i)  # its tokens are known once the AR mode has verified them
+                    row.warm = argmax  # the draft, until the verification cuts it
+                    continue
                 if res.ttft_s is None:  # the first committed canvas: its tokens can be shown
                     res.ttft_s = read_at - row.admitted
                 row.outputs.extend(argmax)
-                _, _, reason = cut_at_stop(self.tokenizer, row.outputs, model.eos_ids, row.req.stop_strings)
-                if reason != "length" or len(row.outputs) >= row.req.max_new_tokens:
-                    leaving.append(i)
-                else:
-                    committing.append(i)
+                (leaving if self._ended(row) else committing).append(i)
 
-            if committing:
-                state = model.commit(state, out.argmax[committing], committing)
-                idx = torch.tensor(committing, device=dev)
+            if committing or verifying:  # one causal forward re-encodes (and verifies) every stopped canvas
+                for i in committing:  # committed as drafted: the next canvas is drafted freely
+                    rows[i].pin = rows[i].warm = None
+                both = committing + verifying
+                hidden = model.encode_canvas(state, out.argmax[both], both)
+                kept = [c] * len(committing)
+                if verifying:
+                    kept += self._verified(state, out.argmax[verifying], hidden[len(committing) :], verifying, rows)
+                    for i in verifying:
+                        if self._ended(rows[i]):
+                            leaving.append(i)
+                        else:
+                            committing.append(i)
+                state = model.advance(state, both, kept, hidden)
+                del hidden
                 for i in committing:
                     row = rows[i]
-                    row.result.encoder_forwards += 1
+                    row.result.encoder_forwards += int(i not in verifying)  # a verify counted its own
                     row.canvas_idx, row.step = row.canvas_idx + 1, 0
                     self._open_canvas(row.result)
                     sc_rows[i] = False
-                canvas = canvas.index_copy(0, idx, self._init_canvas([rows[i] for i in committing]))
-                history = history.index_fill(1, idx, -1)
+                if committing:
+                    idx = torch.tensor(committing, device=dev)
+                    fresh = [rows[i] for i in committing]
+                    canvas = canvas.index_copy(0, idx, self._init_canvas(fresh))
+                    if verifying_on:
+                        pin = torch.tensor([-1 if r.pin is None else r.pin for r in fresh], device=dev)
+                        pins = pins.index_copy(0, idx, pin)
+                    history = history.index_fill(1, idx, -1)
                 masks = None
             if leaving:
                 state = model.release(state, leaving)
@@ -360,6 +392,32 @@ class BlockDiffusionDecoder:
             for i in leaving:
                 yield self._finish(rows[i], now)
                 rows[i], sc_rows[i] = None, False
+
+    def _verified(self, state, canvases: torch.Tensor, hidden: torch.Tensor, at: list[int], rows: list) -> list[int]:
+        """The AR mode verifies the canvases of rows `at` (`harness.canvas_verify`): each row emits its accepted
+        prefix and the AR token after it, which it pins for its next canvas. Returns the positions each keeps."""
+        group = max(1, len(rows) // 2)  # AR logits of at most half the batch at once: within the 1.5 U memory plan
+        pins, seeds = [rows[i].pin for i in at], [rows[i].req.seed for i in at]
+        how = sampling_of(self.sampler)
+        checked = verify_canvases(self.model, state, canvases, hidden, at, pins, seeds, how, group)
+        read_at = time.perf_counter()
+        for i, v in zip(at, checked, strict=True):
+            row, res = rows[i], rows[i].result
+            res.nfe += 1  # the verify forward is a forward of the same weights: it counts (one TPF rule)
+            res.encoder_forwards += 1
+            res.row_forwards += 1
+            res.extra.setdefault("accepted_per_verify", []).append(v.accepted)
+            if res.ttft_s is None:
+                res.ttft_s = read_at - row.admitted
+            row.outputs.extend(v.emitted)
+            # the next canvas starts at draft position `kept` (the pin); the draft after it is its warm start
+            row.pin, row.warm = v.pin, row.warm[v.kept + 1 :]
+        return [v.kept for v in checked]
+
+    def _ended(self, row: _Row) -> bool:
+        """EOS, a stop string or the length cap in the row's output so far."""
+        _, _, reason = cut_at_stop(self.tokenizer, row.outputs, self.model.eos_ids, row.req.stop_strings)
+        return reason != "length" or len(row.outputs) >= row.req.max_new_tokens
 
     def _start(self, req: GenerationRequest) -> _Row:
         check_request(req)
@@ -378,7 +436,11 @@ class BlockDiffusionDecoder:
         seed = torch.tensor([r.req.seed for r in rows], dtype=torch.long, device=dev)
         canvas_idx = torch.tensor([r.canvas_idx for r in rows], dtype=torch.long, device=dev)
         zero = torch.zeros_like(seed)
-        return streams.tokens(seed, canvas_idx, zero, self.canvas_length, self.model.vocab_size, streams.INIT)
+        x = streams.tokens(seed, canvas_idx, zero, self.canvas_length, self.model.vocab_size, streams.INIT)
+        for i, r in enumerate(rows):  # verification: the emitted AR token, then the rest of the rejected draft
+            if r.pin is not None:
+                x[i, : 1 + len(r.warm)] = torch.tensor([r.pin, *r.warm], device=dev)
+        return x
 
     def _finish(self, row: _Row, now: float) -> GenerationResult:
         req, res = row.req, row.result
@@ -421,8 +483,7 @@ class BlockDiffusionDecoder:
             for i, row in enumerate(rows):
                 if not done[i]:
                     row.outputs.extend(host[i])
-                    _, _, reason = cut_at_stop(self.tokenizer, row.outputs, model.eos_ids, row.req.stop_strings)
-                    done[i] = reason != "length" or len(row.outputs) >= row.req.max_new_tokens
+                    done[i] = self._ended(row)
             if all(done) or k == max_canvases - 1:
                 break
             # as generate(): rows done earlier commit pads, rows ending here pad after their EOS

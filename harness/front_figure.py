@@ -23,12 +23,21 @@ from harness.plot_points import (
     HIGHLIGHT_COLOR,
     NOT_WORSE_COLOR,
     POINT_COLUMNS,
+    SAMPLER_KINDS,
     plot_points,
     series_colors,
     series_order,
 )
 
-MARKERS = {"diffusion": "o", "ar": "s", "ar+mtp": "^", "ar+draft": "D", "ar-same-weights": "v"}
+MARKERS = {
+    "diffusion": "o",
+    "ar": "s",
+    "ar+mtp": "^",
+    "ar+draft": "D",
+    "ar-same-weights": "v",
+    "self-speculative": "P",
+    "routed": "h",
+}
 X_AXES = {"tpf": "tokens per forward (TPF)", "tokens_per_second": "tokens / s"}
 DOMINATES = "dominates_default"  # gid of the red rings
 NOT_WORSE = "faster_not_worse"  # gid of the dashed green rings
@@ -76,7 +85,7 @@ def quality_bands(lo: Sequence[float], hi: Sequence[float], min_gap: float = 0.3
 
 
 def _marker_size(row: pd.Series) -> float:
-    return 17.0 if row["is_default"] else (7.0 if row["label"] == "diffusion" else 9.0)
+    return 17.0 if row["is_default"] else (7.0 if row["label"] in SAMPLER_KINDS else 9.0)
 
 
 def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) -> Figure:

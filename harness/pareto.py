@@ -35,7 +35,7 @@ from harness.aggregate import SAMPLER_PREFIX, cli_parser, print_summary, summari
 from harness.front_figure import MARKERS, X_AXES, pareto_figure
 from harness.lengths import length_crossovers, length_figure, length_series
 from harness.pareto_html import pareto_html
-from harness.plot_points import KIND_NAMES, POINT_COLUMNS, plot_points, series_colors, series_order
+from harness.plot_points import KIND_NAMES, POINT_COLUMNS, SAMPLER_KINDS, plot_points, series_colors, series_order
 from harness.scaling import crossovers, latency_figure, scaling_figure, scaling_series
 from harness.store import read_samples
 
@@ -75,8 +75,8 @@ def diagnostics_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = Non
                     g[x],
                     g["_y"],
                     marker=MARKERS.get(label, "X"),
-                    linestyle="-" if label == "diffusion" else "none",
-                    markersize=6 if label == "diffusion" else 9,
+                    linestyle="-" if label in SAMPLER_KINDS else "none",
+                    markersize=6 if label in SAMPLER_KINDS else 9,
                     markeredgecolor="black",
                     markeredgewidth=0.5,
                     color=colors[(model, fam)],

@@ -21,6 +21,8 @@ SYMBOLS = {
     "ar+mtp": "triangle-up",
     "ar+draft": "diamond",
     "ar-same-weights": "triangle-down",
+    "self-speculative": "cross",
+    "routed": "hexagon",
 }
 X_TITLES = {"tpf": "tokens per forward (TPF)", "tokens_per_second": "tokens / s"}
 

@@ -35,7 +35,12 @@ KIND_NAMES = {
     "ar+mtp": "AR+MTP",
     "ar+draft": "AR+draft",
     "ar-same-weights": "AR, same weights",
+    "self-speculative": "self-speculative",
 }
+# Runs whose sampler group drafts the tokens: their knobs label the points. The hybrid kinds (diffusion drafts,
+# the same weights' AR mode verifies: harness.canvas_verify) are families of their own, a routed one per rule.
+SAMPLER_KINDS = ("diffusion", "self-speculative", "routed")
+ROUTED = "routed"
 FAMILY_NAMES = {
     "entropy_bound": "entropy bound",
     "confidence_topk": "confidence top-k",
@@ -64,8 +69,11 @@ def _missing(v: Any) -> bool:
 
 def family_of(row: pd.Series | dict[str, Any]) -> str:
     """The family key of a run: its sampler (+remask) for diffusion, its decoder kind for a baseline."""
-    if row.get("label") != "diffusion":
-        return str(row.get("label"))
+    label = row.get("label")
+    if label == ROUTED:  # one family per routing rule: `routed (steps)`
+        return f"{ROUTED} ({row.get(f'{SAMPLER_PREFIX}verify')})"
+    if label != "diffusion":
+        return str(label)
     name = str(row.get("sampler") or "diffusion")
     rm = row.get(f"{SAMPLER_PREFIX}remask_ratio")
     return name + REMASK if not _missing(rm) and float(rm) > 0 else name
@@ -73,8 +81,8 @@ def family_of(row: pd.Series | dict[str, Any]) -> str:
 
 def family_name(family: str) -> str:
     """`entropy bound + remask`, `confidence top-k`, `AR+MTP`: how a family is named in a legend."""
-    if family in KIND_NAMES:
-        return KIND_NAMES[family]
+    if family in KIND_NAMES or family.startswith(ROUTED):
+        return KIND_NAMES.get(family, family)
     base, remask = (family[: -len(REMASK)], True) if family.endswith(REMASK) else (family, False)
     name = FAMILY_NAMES.get(base, base.replace("_", " "))
     return f"{name} + remask" if remask else name
@@ -111,8 +119,8 @@ def family_knobs(df: pd.DataFrame) -> list[str]:
 
 
 def point_label(row: pd.Series, knobs: list[str]) -> str:
-    """`b=0.03 n=4`: the given knobs of a diffusion run; a baseline's kind (`AR+MTP`)."""
-    if row["label"] != "diffusion":
+    """`b=0.03 n=4`: the given knobs of a diffusion (or hybrid) run; a baseline's kind (`AR+MTP`)."""
+    if row["label"] not in SAMPLER_KINDS:
         return KIND_NAMES.get(row["label"], str(row["label"]))
     parts = []
     for c in knobs:

@@ -191,7 +191,7 @@ def _run(
         "label": label,
         "model": cfg.model.name,
         "eval": ev.name,
-        "sampler": sampler.knobs() if label == DecoderKind.DIFFUSION else {},
+        "sampler": sampler.knobs() if label in DecoderKind.drafted_by_diffusion() else {},
         "seed": cfg.seed,
         "decoder": info,
     }

@@ -166,10 +166,22 @@ class DiffusionGemmaAdapter:
         """Append finished canvases to the context: re-encode them causally into their rows' slots (over the
         canvas K/V the denoiser left there). `rows=None` commits rows 0..len(canvas)-1."""
         rows = list(range(canvas.shape[0])) if rows is None else list(rows)
-        hidden = self._encode(state, rows, [state.lengths[r] for r in rows], canvas)
-        for i, r in enumerate(rows):
-            state.lengths[r] += canvas.shape[1]
-            state.last_hidden[r] = hidden[i, -1].clone()
+        hidden = self.encode_canvas(state, canvas, rows)
+        return self.advance(state, rows, [canvas.shape[1]] * len(rows), hidden)
+
+    @torch.no_grad()
+    def encode_canvas(self, state: ContextState, canvas: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """The commit's causal forward alone: canvas i's K/V written after row rows[i]'s context, its (n, C, H)
+        hidden states returned; the context lengths do not move until `advance` says how much of it to keep."""
+        return self._encode(state, list(rows), [state.lengths[r] for r in rows], canvas)
+
+    def advance(self, state: ContextState, rows: list[int], counts: list[int], hidden: torch.Tensor) -> ContextState:
+        """Keep the first counts[i] encoded positions of row rows[i] (`hidden` from `encode_canvas`): positions
+        past them are dropped by the length alone (masks come from lengths), no K/V is copied."""
+        for i, (r, n) in enumerate(zip(rows, counts, strict=True)):
+            state.lengths[r] += n
+            if n:
+                state.last_hidden[r] = hidden[i, n - 1].clone()  # not a view pinning the forward's output
         return state
 
     def release(self, state: ContextState, rows: list[int]) -> ContextState:
@@ -209,8 +221,18 @@ class DiffusionGemmaAdapter:
     def next_token_logits(self, state: ContextState, rows: list[int] | None = None) -> torch.Tensor:
         """(B, V) float32 logits for each row's next token from the causal encoder: the same weights decoding
         autoregressively (softcap(lm_head(encoder hidden state)), as the checkpoint's own AR head would)."""
-        rows = sorted(state.last_hidden) if rows is None else rows
-        x = self.model.lm_head(torch.stack([state.last_hidden[r] for r in rows])).float()
+        return self.ar_logits(self.last_hidden_of(state, sorted(state.last_hidden) if rows is None else rows))
+
+    @staticmethod
+    def last_hidden_of(state: ContextState, rows: list[int]) -> torch.Tensor:
+        """(n, H) encoder hidden state at each row's last context token (what predicts its next token)."""
+        return torch.stack([state.last_hidden[r] for r in rows])
+
+    @torch.no_grad()
+    def ar_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 softcap(lm_head(hidden)) of encoder hidden states: the AR mode's logits, op for op as
+        `models.causal_lm.CausalLM.logits` computes them for `model=*_ar` (so the argmax ties break alike)."""
+        x = self.model.lm_head(hidden).float()
         return x.div_(self.softcap).tanh_().mul_(self.softcap) if self.softcap else x
 
     def canvas_masks(self, state: ContextState, canvas_length: int, batch: int | None = None) -> dict:

@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # torch is imported lazily so a bad config fails before the h
 TEMPERATURE_SCHEDULES = ("linear", "cosine", "constant")
 RANDOM_STREAMS = ("per_sample", "reference")
 DRAWS = ("fast", "fused", "exact")
+# which finished canvases the same weights' AR mode verifies (harness.canvas_verify): none (pure diffusion), all of
+# them (self-speculative decoding), or those a routing rule marks as hard (routed decoding)
+VERIFY_MODES = ("off", "always", "steps", "step_cap")
 
 
 class SamplerConfigError(ValueError):
@@ -51,6 +54,13 @@ class SamplerConfig:
     random_stream: str = "per_sample"  # per_sample (batch-invariant) | reference (bit-for-bit generate())
     draw: str = "fast"  # fast (fused Triton kernel on CUDA, blocked torch on CPU) | fused (the kernel always) | exact
     capture_trajectory: bool = False  # record the argmax canvas + mean entropy at every step
+    # hybrid decoding with the same weights (harness.canvas_verify): a finished canvas is a draft that the causal
+    # encoder (the commit's forward) verifies: off | always (self-speculative) | steps | step_cap (routing rules)
+    verify: str = "off"
+    route_steps: int = 8  # verify=steps: verify the canvases that took at least this many denoising steps
+    route_entropy: float = 0.0  # verify=step_cap: verify the canvases that hit the step cap with mean entropy > this
+    draft_steps: int | None = None  # verify != off: a draft canvas stops after at most this many steps (None: all)
+    verify_temperature: float = 0.0  # 0: greedy verification (the output is greedy AR's); > 0: speculative sampling
 
     def __post_init__(self) -> None:
         self.validate()
@@ -93,6 +103,29 @@ class SamplerConfig:
             f"must be one of {RANDOM_STREAMS}, got {self.random_stream!r}",
         )
         _require(self.draw in DRAWS, "draw", f"must be one of {DRAWS}, got {self.draw!r}")
+        self._validate_verify()
+
+    def _validate_verify(self) -> None:
+        _require(self.verify in VERIFY_MODES, "verify", f"must be one of {VERIFY_MODES}, got {self.verify!r}")
+        _require(self.route_steps >= 1, "route_steps", f"must be an integer >= 1, got {self.route_steps}")
+        _require(self.route_entropy >= 0, "route_entropy", f"must be >= 0, got {self.route_entropy}")
+        _require(
+            self.draft_steps is None or 1 <= self.draft_steps <= self.max_steps,
+            "draft_steps",
+            f"must be null or an integer in [1, max_steps={self.max_steps}], got {self.draft_steps!r}",
+        )
+        _require(self.verify_temperature >= 0, "verify_temperature", f"must be >= 0, got {self.verify_temperature}")
+        if self.verify != "off":
+            _require(
+                self.random_stream != "reference",
+                "verify",
+                "needs random_stream=per_sample (the reference mode reproduces generate(), which has no verification)",
+            )
+
+    @property
+    def step_cap(self) -> int:
+        """Denoising steps a canvas may take: `draft_steps` where verification is on and it is set, else max_steps."""
+        return self.draft_steps if self.verify != "off" and self.draft_steps else self.max_steps
 
     def _check_types(self) -> None:
         """Type-check every knob against its annotation (ints are fine where floats are expected)."""

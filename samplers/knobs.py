@@ -25,6 +25,11 @@ SHORT = {
     "canvas_length": "C",
     "random_stream": "rs",
     "draw": "draw",
+    "verify": "v",
+    "route_steps": "rn",
+    "route_entropy": "rh",
+    "draft_steps": "dn",
+    "verify_temperature": "vT",
 }
 
 # Fields that identify the sampler or only add output, never change a decode: not knobs in a run name.
