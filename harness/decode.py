@@ -396,7 +396,9 @@ class BlockDiffusionDecoder:
     def _verified(self, state, canvases: torch.Tensor, hidden: torch.Tensor, at: list[int], rows: list) -> list[int]:
         """The AR mode verifies the canvases of rows `at` (`harness.canvas_verify`): each row emits its accepted
         prefix and the AR token after it, which it pins for its next canvas. Returns the positions each keeps."""
-        group = max(1, len(rows) // 2)  # AR logits of at most half the batch at once: within the 1.5 U memory plan
+        # AR logits of at most a quarter of the batch at once (float32 plus their model-dtype source: <= 0.375 U),
+        # beside the 1 U logits workspace: within the 1.5 U of the memory plan (models.memory)
+        group = max(1, len(rows) // 4)
         pins, seeds = [rows[i].pin for i in at], [rows[i].req.seed for i in at]
         how = sampling_of(self.sampler)
         checked = verify_canvases(self.model, state, canvases, hidden, at, pins, seeds, how, group)

@@ -35,7 +35,6 @@ KIND_NAMES = {
     "ar+mtp": "AR+MTP",
     "ar+draft": "AR+draft",
     "ar-same-weights": "AR, same weights",
-    "self-speculative": "self-speculative",
 }
 # Runs whose sampler group drafts the tokens: their knobs label the points. The hybrid kinds (diffusion drafts,
 # the same weights' AR mode verifies: harness.canvas_verify) are families of their own, a routed one per rule.
@@ -167,8 +166,11 @@ FAMILY_COLORS = {  # tab10 hues; red is kept for "dominates the default", grey f
     "entropy_bound+remask": "#9467bd",
     "confidence_topk": "#ff7f0e",
     "confidence_threshold": "#2ca02c",
+    "self-speculative": "#8c564b",  # hybrid decoding (diffusion drafts, the AR mode verifies): its own hues
+    "routed (steps)": "#e377c2",
+    "routed (step_cap)": "#bcbd22",
 }
-SPARE_COLORS = ["#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f"]
+SPARE_COLORS = ["#17becf", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a"]
 BASELINE_COLOR = "#595959"
 HIGHLIGHT_COLOR = "#d62728"
 NOT_WORSE_COLOR = "#2ca02c"  # faster than the default at no quality loss (within the margin): dashed green ring
