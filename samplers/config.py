@@ -51,6 +51,9 @@ class SamplerConfig:
     random_stream: str = "per_sample"  # per_sample (batch-invariant) | reference (bit-for-bit generate())
     draw: str = "fast"  # fast (fused Triton kernel on CUDA, blocked torch on CPU) | fused (the kernel always) | exact
     capture_trajectory: bool = False  # record the argmax canvas + mean entropy at every step
+    # stream the prefix whose argmax tokens were accepted unchanged for this many steps (null / 0: off); the
+    # decode is the same either way (harness/stable_stream.py)
+    stream_after_stable: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -93,6 +96,32 @@ class SamplerConfig:
             f"must be one of {RANDOM_STREAMS}, got {self.random_stream!r}",
         )
         _require(self.draw in DRAWS, "draw", f"must be one of {DRAWS}, got {self.draw!r}")
+        self._check_streaming()
+
+    def _check_streaming(self) -> None:
+        s = self.stream_after_stable
+        _require(
+            s is None or (isinstance(s, int) and not isinstance(s, bool) and s >= 0),
+            "stream_after_stable",
+            f"must be null or an integer >= 0 (0 / null: off), got {s!r}",
+        )
+        if not s:
+            return
+        _require(
+            s <= self.max_steps,
+            "stream_after_stable",
+            f"must be <= max_steps ({self.max_steps}), else nothing is stable before its canvas ends; got {s}",
+        )
+        _require(
+            self.random_stream != "reference",
+            "stream_after_stable",
+            "is served by the continuous engine; random_stream=reference (the generate() parity mode) does not stream",
+        )
+
+    @property
+    def streaming(self) -> bool:
+        """Is the stable prefix streamed (`stream_after_stable` > 0)?"""
+        return bool(self.stream_after_stable)
 
     def _check_types(self) -> None:
         """Type-check every knob against its annotation (ints are fine where floats are expected)."""

@@ -25,10 +25,11 @@ SHORT = {
     "canvas_length": "C",
     "random_stream": "rs",
     "draw": "draw",
+    "stream_after_stable": "stream",
 }
 
 # Fields that identify the sampler or only add output, never change a decode: not knobs in a run name.
-NOT_KNOBS = ("name", "capture_trajectory")
+NOT_KNOBS = ("name", "capture_trajectory", "stream_after_stable")
 
 
 def short(knob: str) -> str:
