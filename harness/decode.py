@@ -13,7 +13,8 @@ refilled on the next step, so every computed row does useful work (`row_utilizat
 of step counts. Once no request is left to refill them, the last rows are packed down into the freed rows
 (one row's K/V copied per leaving row, `SlotCache.bytes_moved`), so the end of a run computes no free rows.
 Per step the host reads the device once (finished flags, accepted counts and the argmax canvas, one
-small packed tensor): steps, temperatures and random-stream keys are known on the host already. Every
+small packed tensor; with `sampler.stream_after_stable`, each row's stable prefix length too:
+`harness.stable_stream`): steps, temperatures and random-stream keys are known on the host already. Every
 random number is a pure function of (sample seed, canvas, step, position, stream) (`samplers.streams`),
 so a sample's random numbers do not depend on its batch, its neighbours, when it was admitted, or a resume;
 its logits do, by the rounding of batch-shaped kernels (what that changes: README, Reproducibility).
@@ -382,6 +383,8 @@ class BlockDiffusionDecoder:
                     sc_rows[i] = False
                 canvas = canvas.index_copy(0, idx, self._init_canvas([rows[i] for i in committing]))
                 history = history.index_fill(1, idx, -1)
+                if stable is not None:  # the next canvas: nothing of it is stable yet
+                    stable.reset(idx)
                 masks = None
             if leaving:
                 state = model.release(state, leaving)

@@ -115,6 +115,42 @@ def test_streaming_shows_committed_canvases_and_the_open_one(medium_diffusion_di
         assert any(n > 8 and n % 8 for n in lengths)  # a committed canvas and part of the next one
 
 
+def test_a_new_canvas_starts_with_nothing_stable(tiny_diffusion_dir):
+    """S = max_steps = 2, adaptive stop off, a random model made certain of token 5 in the first half of each canvas:
+    a position is stable only at its canvas's last step, the commit, so every event but the final ones ends on a
+    canvas boundary. (Were a committed canvas's counts carried over, the next canvas's certain half would show
+    after its first step.)"""
+    from models.diffusion_gemma import DiffusionGemmaAdapter
+
+    adapter = DiffusionGemmaAdapter(str(tiny_diffusion_dir), dtype="float32", eos_token_ids=[1])
+    denoise = adapter.denoise
+
+    def certain_first_half(*args, **kwargs):
+        x = denoise(*args, **kwargs)
+        x[:, :4, 5] += 100.0
+        return x
+
+    adapter.denoise = certain_first_half
+    tok = adapter.tokenizer
+    reqs = [GenerationRequest(f"s{i}", tok(f"prompt {i}")["input_ids"], i, 32) for i in range(4)]
+    viewer, ends = Viewer(), []
+
+    def watch(ev: StreamEvent) -> None:
+        viewer(ev)
+        ends.append((ev.final, len(viewer.visible[ev.sample_id])))
+
+    cfg = EntropyBoundConfig(max_steps=2, adaptive_stop=False, stream_after_stable=2)
+    results = list(BlockDiffusionDecoder(adapter, cfg).stream(reqs, 2, watch))
+    check_stream(results, viewer)
+    assert all(r.token_ids[:4] == [5] * 4 for r in results)
+    assert sum(not final for final, _ in ends) >= 3 and all(final or n % 8 == 0 for final, n in ends)
+    # S = 1: the certain half (and the one more position the entropy bound always accepts) shows after a first step
+    viewer, ends = Viewer(), []
+    cfg = EntropyBoundConfig(max_steps=2, adaptive_stop=False, stream_after_stable=1)
+    check_stream(list(BlockDiffusionDecoder(adapter, cfg).stream(reqs, 2, watch)), viewer)
+    assert any(not final and n % 8 in (4, 5) for final, n in ends)
+
+
 def test_stable_runs_count_accepted_unchanged_steps():
     """S = 2: a position is stable once it was accepted with the same argmax in the last two steps; the prefix
     stops at the first position that is not."""
