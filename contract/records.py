@@ -24,6 +24,26 @@ class GenerationRequest:
     stop_strings: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class StreamEvent:
+    """What a streaming callback receives (`sampler.stream_after_stable`): the sample's visible output changed.
+
+    One rule for the consumer: the visible token ids are now `previous[:start] + token_ids` (an append when `start`
+    is the previous length; a revision, which rewrites the tail, when it is less). The last event of a sample has
+    `final` set, and after it the visible ids equal the result's `token_ids`."""
+
+    sample_id: str
+    row: int  # the batch row decoding the sample when the event was made
+    start: int  # output position of token_ids[0]
+    token_ids: tuple[int, ...]
+    final: bool = False
+    revised_tokens: int = 0  # shown positions changed or taken back so far (the result's count once final)
+
+    def apply(self, visible: list[int]) -> list[int]:
+        """The visible token ids after this event, from those before it."""
+        return visible[: self.start] + list(self.token_ids)
+
+
 def check_request(r: GenerationRequest) -> None:
     """A request every decoder can serve: a prompt and at least one new token."""
     if not r.prompt_ids:
@@ -57,6 +77,10 @@ class GenerationResult:
     # admitted -> the first output token is final (AR: the first accepted token; diffusion: the first committed
     # canvas; whole-batch decoders: the batch's end): what a streaming user waits before seeing anything
     ttft_s: float | None = None
+    # sampler.stream_after_stable only (`StreamEvent`): admitted -> the first token the stream showed, and the output
+    # positions at which a shown token was later changed or taken back (each counted once)
+    ttfv_s: float | None = None
+    revised_tokens: int | None = None
     row_forwards: int = 0  # batch rows computed while this sample was in flight (nfe of them did work)
     steps_per_canvas: list[int] = field(default_factory=list)
     step_cap_hits: int = 0  # canvases that used every allowed denoising step
@@ -95,6 +119,8 @@ def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float | None]:
     latency = sorted(r.get("latency_s", 0.0) for r in results)
     user_tps = [r["num_tokens"] / r["latency_s"] for r in results if r.get("latency_s")]
     ttft = [r["ttft_s"] for r in results if r.get("ttft_s") is not None]
+    ttfv = [r["ttfv_s"] for r in results if r.get("ttfv_s") is not None]
+    revised = [r["revised_tokens"] for r in results if r.get("revised_tokens") is not None]
     return {
         "num_samples": n,
         "num_tokens": tokens,
@@ -112,6 +138,7 @@ def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float | None]:
         "mean_user_tokens_per_second": sum(user_tps) / len(user_tps) if user_tps else 0.0,
         **latency_percentiles(latency, ttft, user_tps),
         **verify_figures(results),
+        **streaming_figures(ttfv, revised),
     }
 
 
@@ -154,6 +181,16 @@ def latency_percentiles(latency: list[float], ttft: list[float], user_tps: list[
         out[f"ttft_p{q}_s"] = percentile(ttft, q)
     for q in USER_RATE_QUANTILES:
         out[f"user_tokens_per_second_p{q}"] = percentile(user_tps, q)
+    return out
+
+
+def streaming_figures(ttfv: list[float], revised: list[int]) -> dict[str, float | None]:
+    """What a streaming user sees, per run (`sampler.stream_after_stable`): `ttfv_p50_s`.. (admitted -> first
+    visible token), `revision_rate` (share of samples with any shown token revised) and `mean_revised_tokens`;
+    None where the run did not stream."""
+    out: dict[str, float | None] = {f"ttfv_p{q}_s": percentile(ttfv, q) for q in LATENCY_QUANTILES}
+    out["revision_rate"] = sum(n > 0 for n in revised) / len(revised) if revised else None
+    out["mean_revised_tokens"] = sum(revised) / len(revised) if revised else None
     return out
 
 

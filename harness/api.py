@@ -6,13 +6,16 @@ results = api.generate(dec, ["Hello", [{"role": "user", "content": "Why is the s
 results[0].text, results[0].tpf, results[0].steps_per_canvas
 
 dec = api.decoder_from_config(["model=sudoku6_diffusion", "sampler=confidence_topk"])  # same as the CLI
+api.generate(dec, prompts, on_visible=api.VisibleText(dec.tokenizer, echo=True))  # with sampler.stream_after_stable
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from contract.records import GenerationRequest, GenerationResult
+from contract.decoding import DecoderKind
+from contract.records import GenerationRequest, GenerationResult, StreamEvent
 from contract.text import Prompt, sample_seed
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -55,13 +58,50 @@ def decoder_from_config(overrides: list[str] | None = None):
 
 
 def generate(
-    decoder, prompts: list[Prompt], max_new_tokens: int = 256, seed: int = 0, stop_strings: list[str] | None = None
+    decoder,
+    prompts: list[Prompt],
+    max_new_tokens: int = 256,
+    seed: int = 0,
+    stop_strings: list[str] | None = None,
+    on_visible: Callable[[StreamEvent], None] | None = None,
 ) -> list[GenerationResult]:
-    """Decode prompts (text or chat messages) in one batch; sample i uses the stream of (seed, str(i))."""
+    """Decode prompts (text or chat messages) in one batch; sample i uses the stream of (seed, str(i)).
+
+    `on_visible` (a diffusion decoder with `stream_after_stable` set) gets every change of a sample's visible
+    output while it decodes (`VisibleText` keeps them as text); the results are the same without it."""
     requests = [
         GenerationRequest(
             str(i), decoder.encode(p), sample_seed(seed, str(i)), max_new_tokens, list(stop_strings or [])
         )
         for i, p in enumerate(prompts)
     ]
-    return decoder.generate(requests)
+    if on_visible is None:
+        return decoder.generate(requests)
+    if getattr(decoder, "label", None) != DecoderKind.DIFFUSION:
+        raise ValueError("on_visible: only block-diffusion decoders stream a stable prefix (AR tokens are final)")
+    out = {r.sample_id: r for r in decoder.stream(requests, batch_size=len(requests), on_visible=on_visible)}
+    return [out[r.sample_id] for r in requests]
+
+
+class VisibleText:
+    """An `on_visible` callback that keeps what each sample shows: its token ids and their text.
+
+    dec = api.load_decoder("models/checkpoints/sudoku6_diffusion", stream_after_stable=2)
+    view = api.VisibleText(dec.tokenizer, echo=True)  # prints each sample's visible text as it changes
+    api.generate(dec, ["..."], max_new_tokens=36, on_visible=view)
+    """
+
+    def __init__(self, tokenizer, echo: bool = False):
+        self.tokenizer, self.echo = tokenizer, echo
+        self.token_ids: dict[str, list[int]] = {}
+        self.events: list[StreamEvent] = []
+
+    def __call__(self, event: StreamEvent) -> None:
+        self.events.append(event)
+        self.token_ids[event.sample_id] = event.apply(self.token_ids.get(event.sample_id, []))
+        if self.echo:
+            mark = " (final)" if event.final else ""
+            print(f"[{event.sample_id}]{mark} {self.text(event.sample_id)!r}")
+
+    def text(self, sample_id: str) -> str:
+        return self.tokenizer.decode(self.token_ids.get(sample_id, []), skip_special_tokens=True)

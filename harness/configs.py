@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from contract.decoding import DecoderKind
 from contract.paths import register_path_resolver, resolve_model_ref
-from samplers.config import ConfidenceThresholdConfig, ConfidenceTopKConfig, EntropyBoundConfig
+from samplers.config import VERIFY_KNOBS, ConfidenceThresholdConfig, ConfidenceTopKConfig, EntropyBoundConfig
 from samplers.knobs import changed_knobs, run_name_part
 
 SAMPLERS = {cls.name: cls for cls in (EntropyBoundConfig, ConfidenceTopKConfig, ConfidenceThresholdConfig)}
@@ -59,11 +59,18 @@ def run_name(
     e = OmegaConf.to_container(ev, resolve=True)
     if m.get("adapter") is None:
         m.pop("adapter", None)  # runs without a LoRA adapter keep the identity they had before the key existed
+    if not s.get("stream_after_stable"):
+        s.pop("stream_after_stable", None)  # so do runs that do not stream
+    if s.get("verify", "off") == "off":  # and runs without hybrid verification
+        for k in VERIFY_KNOBS:
+            s.pop(k, None)
     parts = [str(m.get("name", "model")) + (f"+lora-{Path(str(m['adapter'])).name}" if m.get("adapter") else "")]
     if model_kind(model) == DecoderKind.DIFFUSION:
         cls = SAMPLERS.get(str(s.get("name")))
         defaults = asdict(cls()) if cls else {}
         knobs = [run_name_part(k, v) for k, v in changed_knobs(s, defaults).items()]
+        if s.get("stream_after_stable"):  # not a decoding knob, but its runs record other figures: named apart
+            knobs.append(run_name_part("stream_after_stable", s["stream_after_stable"]))
         parts.append("-".join([str(s.get("name"))] + knobs))
     parts += [str(e.get("name", "eval")), f"s{seed}"]
     identity: list = [m, s, e, seed]

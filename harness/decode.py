@@ -13,7 +13,8 @@ refilled on the next step, so every computed row does useful work (`row_utilizat
 of step counts. Once no request is left to refill them, the last rows are packed down into the freed rows
 (one row's K/V copied per leaving row, `SlotCache.bytes_moved`), so the end of a run computes no free rows.
 Per step the host reads the device once (finished flags, accepted counts and the argmax canvas, one
-small packed tensor): steps, temperatures and random-stream keys are known on the host already. Every
+small packed tensor; with `sampler.stream_after_stable`, each row's stable prefix length too:
+`harness.stable_stream`): steps, temperatures and random-stream keys are known on the host already. Every
 random number is a pure function of (sample seed, canvas, step, position, stream) (`samplers.streams`),
 so a sample's random numbers do not depend on its batch, its neighbours, when it was admitted, or a resume;
 its logits do, by the rounding of batch-shaped kernels (what that changes: README, Reproducibility).
@@ -29,16 +30,17 @@ it computes finished rows, so its utilization is below 1).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
 import torch
 
 from contract.decoding import DecoderKind
-from contract.records import GenerationRequest, GenerationResult, check_request
+from contract.records import GenerationRequest, GenerationResult, StreamEvent, check_request
 from contract.text import cut_at_stop
 from harness.canvas_verify import sampling_of, verify_canvases, wants_verify
+from harness.stable_stream import StableRuns, StableStream
 from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.draw import StepDraw, draw_exact, draw_reference
@@ -215,19 +217,31 @@ class BlockDiffusionDecoder:
         return [out[r.sample_id] for r in requests]
 
     @torch.no_grad()
-    def stream(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
-        """Decode with at most `batch_size` rows in flight; yield each result the moment it finishes."""
+    def stream(
+        self,
+        requests: Iterable[GenerationRequest],
+        batch_size: int,
+        on_visible: Callable[[StreamEvent], None] | None = None,
+    ) -> Iterator[GenerationResult]:
+        """Decode with at most `batch_size` rows in flight; yield each result the moment it finishes.
+
+        With `sampler.stream_after_stable` set, `on_visible` gets each change of a sample's visible output
+        (`harness.stable_stream`); the tokens decoded are the same with or without it."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if on_visible is not None and not self.sampler.streaming:
+            raise ValueError("on_visible needs sampler.stream_after_stable >= 1 (what has been stable for S steps)")
         if self.sampler.random_stream == "reference":
             yield from self._lockstep(requests, batch_size)
         else:
-            yield from self._continuous(requests, batch_size)
+            yield from self._continuous(requests, batch_size, on_visible)
 
     # ----------------------------------------------------------------------------------------------
     # continuous batching (default)
 
-    def _continuous(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
+    def _continuous(
+        self, requests: Iterable[GenerationRequest], batch_size: int, on_visible=None
+    ) -> Iterator[GenerationResult]:
         """Rows are slot rows of the cache: a request keeps its row until it ends (or, once the queue is empty,
         is packed down into a freed row), and a step computes rows 0 up to the highest one in flight."""
         cfg, model, c, v = self.sampler, self.model, self.canvas_length, self.model.vocab_size
@@ -243,6 +257,9 @@ class BlockDiffusionDecoder:
         sample = fused_sampling(logits.sc) if self.fused else torch_sampling(self._draw)
         sc_rows: list[bool] = []
         exhausted = False
+        # sampler.stream_after_stable: built only when on, so a run that does not stream does none of it
+        stable = StableRuns(cfg.stream_after_stable, c, dev) if cfg.streaming else None
+        visible = StableStream(model.eos_ids, on_visible) if cfg.streaming else None
         while True:
             t0 = time.perf_counter()
             free = [i for i, r in enumerate(rows) if r is None] + list(range(len(rows), batch_size))
@@ -262,18 +279,26 @@ class BlockDiffusionDecoder:
                     canvas = torch.cat([canvas, torch.zeros((extra, c), dtype=torch.long, device=dev)])
                     pins = torch.cat([pins, torch.full((extra,), -1, dtype=torch.long, device=dev)])
                     history = torch.cat([history, torch.full((cfg.stability_steps, extra, c), -1, device=dev)], 1)
+                    if stable is not None:
+                        stable.grow(extra)
                 idx = torch.tensor(at, device=dev)
                 canvas = canvas.index_copy(0, idx, self._init_canvas(new))
                 pins = pins.index_fill(0, idx, -1)
                 history = history.index_fill(1, idx, -1)
+                if stable is not None:
+                    stable.reset(idx)
                 for i, row in zip(at, new, strict=True):
                     rows[i], sc_rows[i] = row, False
+                    if visible is not None:
+                        visible.open(row.req.sample_id)
                 masks = None
             # no request left to refill freed rows: pack the last rows down, so steps stop computing free rows
             while exhausted and (move := _packing_move(rows)):
                 src, dst = move
                 state = model.move(state, src, dst)
                 canvas[dst], history[:, dst], pins[dst] = canvas[src], history[:, src], pins[src]
+                if stable is not None:
+                    stable.move(src, dst)
                 if sc_rows[src]:
                     logits.sc[dst].copy_(logits.sc[src])
                 rows[dst], sc_rows[dst], rows[src], sc_rows[src] = rows[src], sc_rows[src], None, False
@@ -311,6 +336,8 @@ class BlockDiffusionDecoder:
             parts = [out.finished.long()[:, None], out.kept[:, None], out.argmax]
             if cfg.capture_trajectory:  # the accepted mask rides in the same read
                 parts.append(out.keep.long())
+            if stable is not None:  # and so does each row's stable prefix length
+                parts.append(stable.update(out.keep, out.argmax)[:, None])
             host = torch.cat(parts, dim=1).cpu().tolist()  # the one device read of the step
             read_at = time.perf_counter()  # a canvas that stopped in this step is final from here on
             entropies = out.mean_entropy.tolist() if cfg.capture_trajectory or cfg.verify == "step_cap" else None
@@ -320,7 +347,7 @@ class BlockDiffusionDecoder:
             rows[busy[0]].result.row_forwards += b - len(busy)  # free rows computed this step: waste
             for i in busy:
                 row, (fin, kept, *rest) = rows[i], host[i]
-                argmax = rest[:c] if trajectory is not None else rest
+                argmax = rest[:c]
                 res = row.result
                 res.nfe += 1
                 res.row_forwards += 1
@@ -336,12 +363,16 @@ class BlockDiffusionDecoder:
                             "argmax": argmax,
                             "mean_entropy": trajectory[i],
                             "temperature": temps[i].item(),
-                            "accepted": [p for p, k in enumerate(rest[c:]) if k],
+                            "accepted": [p for p, k in enumerate(rest[c : 2 * c]) if k],
                         }
                     )
                 row.step += 1
                 sc_rows[i] = cfg.self_conditioning
                 if not fin and row.step < cfg.step_cap:
+                    if visible is not None:
+                        at_token = len(row.outputs)
+                        limit = row.req.max_new_tokens - at_token
+                        visible.denoised(i, row.req.sample_id, at_token, argmax, rest[-1], limit, read_at)
                     continue
                 res.step_cap_hits += int(not fin)
                 if verifying_on and wants_verify(cfg, bool(fin), row.step, entropies[i] if entropies else None):
@@ -351,7 +382,12 @@ class BlockDiffusionDecoder:
                 if res.ttft_s is None:  # the first committed canvas: its tokens can be shown
                     res.ttft_s = read_at - row.admitted
                 row.outputs.extend(argmax)
-                (leaving if self._ended(row) else committing).append(i)
+                if self._ended(row):
+                    leaving.append(i)
+                else:
+                    committing.append(i)
+                    if visible is not None:
+                        visible.committed(i, row.req.sample_id, len(row.outputs) - c, argmax, read_at)
 
             if committing or verifying:  # one causal forward re-encodes (and verifies) every stopped canvas
                 for i in committing:  # committed as drafted: the next canvas is drafted freely
@@ -382,6 +418,8 @@ class BlockDiffusionDecoder:
                         pin = torch.tensor([-1 if r.pin is None else r.pin for r in fresh], device=dev)
                         pins = pins.index_copy(0, idx, pin)
                     history = history.index_fill(1, idx, -1)
+                    if stable is not None:  # the next canvas: nothing of it is stable yet
+                        stable.reset(idx)
                 masks = None
             if leaving:
                 state = model.release(state, leaving)
@@ -390,7 +428,10 @@ class BlockDiffusionDecoder:
             for i in busy:
                 rows[i].result.wall_time_s += (now - t0) / len(busy)
             for i in leaving:
-                yield self._finish(rows[i], now)
+                res = self._finish(rows[i], now)
+                if visible is not None:
+                    visible.finished(i, res, rows[i].admitted, read_at)
+                yield res
                 rows[i], sc_rows[i] = None, False
 
     def _verified(self, state, canvases: torch.Tensor, hidden: torch.Tensor, at: list[int], rows: list) -> list[int]:

@@ -47,6 +47,8 @@ SAMPLE_COLUMNS = [
     "finished_by",
     "ttft_s",
     "latency_s",
+    "ttfv_s",  # sampler.stream_after_stable runs: first visible token, shown tokens later changed
+    "revised_tokens",
 ]
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 
@@ -226,6 +228,8 @@ class WandbLogger:
                     r.get("finished_by"),
                     r.get("ttft_s"),
                     r.get("latency_s"),
+                    r.get("ttfv_s"),
+                    r.get("revised_tokens"),
                 ]
                 for r in rows
             ],

@@ -8,7 +8,8 @@ linearly on log2(concurrency) between the two measured batch sizes around it (No
 measured range). Batch size = concurrency: the engine keeps that many requests in flight while the queue lasts.
 
 What a user waits is the other side of throughput: per run the p50 / p95 / p99 time to first token and end-to-end
-latency and per-user tokens/s (`format_latency`), and over concurrency latency against total tokens/s
+latency and per-user tokens/s, and for a run that streams its stable prefix the time to first visible token and the
+share of samples with a revised shown token (`format_latency`), and over concurrency latency against total tokens/s
 (`latency_figure`: more users buy throughput with waiting).
 """
 
@@ -25,6 +26,10 @@ LATENCY_COLUMNS = [
     *(f"ttft_p{q}_s" for q in (50, 95, 99)),
     *(f"latency_p{q}_s" for q in (50, 95, 99)),
     *(f"user_tokens_per_second_p{q}" for q in (50, 5, 1)),
+    # sampler.stream_after_stable runs (harness.stable_stream): first visible token, and how often shown ones change
+    *(f"ttfv_p{q}_s" for q in (50, 95, 99)),
+    "revision_rate",
+    "mean_revised_tokens",
 ]
 
 
@@ -126,8 +131,9 @@ def scaling_figure(series: pd.DataFrame, found: list[Crossover], title: str | No
 
 
 def format_latency(table: pd.DataFrame) -> str:
-    """Per run: the time-to-first-token, latency and per-user tokens/s percentiles ("" when none were recorded)."""
-    cols = [c for c in LATENCY_COLUMNS if c in table]
+    """Per run: the time-to-first-token, latency and per-user tokens/s percentiles, and the streaming figures where a
+    run streamed ("" when none were recorded; a column no run recorded is left out)."""
+    cols = [c for c in LATENCY_COLUMNS if c in table and table[c].notna().any()]
     if table.empty or not cols or table[cols].isna().all().all():
         return ""
     ids = [c for c in ["run_name", "label", "batch_size"] if c in table]

@@ -25,6 +25,7 @@ DRAWS = ("fast", "fused", "exact")
 # which finished canvases the same weights' AR mode verifies (harness.canvas_verify): none (pure diffusion), all of
 # them (self-speculative decoding), or those a routing rule marks as hard (routed decoding)
 VERIFY_MODES = ("off", "always", "steps", "step_cap")
+VERIFY_KNOBS = ("verify", "route_steps", "route_entropy", "draft_steps", "verify_temperature")  # all off with `off`
 
 
 class SamplerConfigError(ValueError):
@@ -61,6 +62,9 @@ class SamplerConfig:
     route_entropy: float = 0.0  # verify=step_cap: verify the canvases that hit the step cap with mean entropy > this
     draft_steps: int | None = None  # verify != off: a draft canvas stops after at most this many steps (None: all)
     verify_temperature: float = 0.0  # 0: greedy verification (the output is greedy AR's); > 0: speculative sampling
+    # stream the prefix whose argmax tokens were accepted unchanged for this many steps (null / 0: off); the
+    # decode is the same either way (harness/stable_stream.py)
+    stream_after_stable: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -104,6 +108,7 @@ class SamplerConfig:
         )
         _require(self.draw in DRAWS, "draw", f"must be one of {DRAWS}, got {self.draw!r}")
         self._validate_verify()
+        self._check_streaming()
 
     def _validate_verify(self) -> None:
         _require(self.verify in VERIFY_MODES, "verify", f"must be one of {VERIFY_MODES}, got {self.verify!r}")
@@ -121,11 +126,42 @@ class SamplerConfig:
                 "verify",
                 "needs random_stream=per_sample (the reference mode reproduces generate(), which has no verification)",
             )
+            _require(
+                not self.stream_after_stable,
+                "verify",
+                "does not stream yet: a verified canvas's tokens are known only after its verification; drop "
+                "sampler.stream_after_stable",
+            )
 
     @property
     def step_cap(self) -> int:
         """Denoising steps a canvas may take: `draft_steps` where verification is on and it is set, else max_steps."""
         return self.draft_steps if self.verify != "off" and self.draft_steps else self.max_steps
+
+    def _check_streaming(self) -> None:
+        s = self.stream_after_stable
+        _require(
+            s is None or (isinstance(s, int) and not isinstance(s, bool) and s >= 0),
+            "stream_after_stable",
+            f"must be null or an integer >= 0 (0 / null: off), got {s!r}",
+        )
+        if not s:
+            return
+        _require(
+            s <= self.max_steps,
+            "stream_after_stable",
+            f"must be <= max_steps ({self.max_steps}), else nothing is stable before its canvas ends; got {s}",
+        )
+        _require(
+            self.random_stream != "reference",
+            "stream_after_stable",
+            "is served by the continuous engine; random_stream=reference (the generate() parity mode) does not stream",
+        )
+
+    @property
+    def streaming(self) -> bool:
+        """Is the stable prefix streamed (`stream_after_stable` > 0)?"""
+        return bool(self.stream_after_stable)
 
     def _check_types(self) -> None:
         """Type-check every knob against its annotation (ints are fine where floats are expected)."""

@@ -30,10 +30,11 @@ SHORT = {
     "route_entropy": "rh",
     "draft_steps": "dn",
     "verify_temperature": "vT",
+    "stream_after_stable": "stream",
 }
 
 # Fields that identify the sampler or only add output, never change a decode: not knobs in a run name.
-NOT_KNOBS = ("name", "capture_trajectory")
+NOT_KNOBS = ("name", "capture_trajectory", "stream_after_stable")
 
 
 def short(knob: str) -> str:

@@ -135,6 +135,8 @@ def test_submitit_local_sweep_with_wandb_and_sweep_summary(tmp_path):
             "finished_by",
             "ttft_s",
             "latency_s",
+            "ttfv_s",
+            "revised_tokens",
         ]
         rows = read_samples(sweep / name)
         assert table["sample_id"].tolist() == [r["sample_id"] for r in rows]

@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.store import sample_files
 
 # metrics that measure time (or count what one process did: forwards seen by the expert hooks)
-PROCESS_LOCAL = re.compile(r"second|latency|ttft|wall_time|experts_per_forward")
+PROCESS_LOCAL = re.compile(r"second|latency|ttft|ttfv|wall_time|experts_per_forward")
 
 
 def run_dirs(sweep_dir: Path) -> dict[str, Path]:
