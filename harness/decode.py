@@ -381,7 +381,7 @@ class BlockDiffusionDecoder:
                     continue
                 if res.ttft_s is None:  # the first committed canvas: its tokens can be shown
                     res.ttft_s = read_at - row.admitted
-                row.outputs.extend(argmax)
+                row.outputs.extend(argmax if row.pin is None else argmax[1:])  # a pinned token was emitted already
                 if self._ended(row):
                     leaving.append(i)
                 else:
@@ -389,37 +389,36 @@ class BlockDiffusionDecoder:
                     if visible is not None:
                         visible.committed(i, row.req.sample_id, len(row.outputs) - c, argmax, read_at)
 
-            if committing or verifying:  # one causal forward re-encodes (and verifies) every stopped canvas
-                for i in committing:  # committed as drafted: the next canvas is drafted freely
-                    rows[i].pin = rows[i].warm = None
+            for i in committing:  # committed as drafted: the next canvas is drafted freely
+                rows[i].pin = rows[i].warm = None
+            if committing and not verifying:
+                state = model.commit(state, out.argmax[committing], committing)
+            elif verifying:  # one causal forward re-encodes every stopped canvas and verifies the drafts
                 both = committing + verifying
                 hidden = model.encode_canvas(state, out.argmax[both], both)
                 kept = [c] * len(committing)
-                if verifying:
-                    kept += self._verified(state, out.argmax[verifying], hidden[len(committing) :], verifying, rows)
-                    for i in verifying:
-                        if self._ended(rows[i]):
-                            leaving.append(i)
-                        else:
-                            committing.append(i)
+                kept += self._verified(state, out.argmax[verifying], hidden[len(committing) :], verifying, rows)
                 state = model.advance(state, both, kept, hidden)
                 del hidden
+                for i in verifying:
+                    (leaving if self._ended(rows[i]) else committing).append(i)
+            if committing:
                 for i in committing:
                     row = rows[i]
                     row.result.encoder_forwards += int(i not in verifying)  # a verify counted its own
                     row.canvas_idx, row.step = row.canvas_idx + 1, 0
                     self._open_canvas(row.result)
                     sc_rows[i] = False
-                if committing:
-                    idx = torch.tensor(committing, device=dev)
-                    fresh = [rows[i] for i in committing]
-                    canvas = canvas.index_copy(0, idx, self._init_canvas(fresh))
-                    if verifying_on:
-                        pin = torch.tensor([-1 if r.pin is None else r.pin for r in fresh], device=dev)
-                        pins = pins.index_copy(0, idx, pin)
-                    history = history.index_fill(1, idx, -1)
-                    if stable is not None:  # the next canvas: nothing of it is stable yet
-                        stable.reset(idx)
+                idx = torch.tensor(committing, device=dev)
+                fresh = [rows[i] for i in committing]
+                canvas = canvas.index_copy(0, idx, self._init_canvas(fresh))
+                if verifying_on:
+                    pin = torch.tensor([-1 if r.pin is None else r.pin for r in fresh], device=dev)
+                    pins = pins.index_copy(0, idx, pin)
+                history = history.index_fill(1, idx, -1)
+                if stable is not None:  # the next canvas: nothing of it is stable yet
+                    stable.reset(idx)
+            if committing or verifying:
                 masks = None
             if leaving:
                 state = model.release(state, leaving)

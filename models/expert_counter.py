@@ -230,7 +230,8 @@ def for_decoder(decoder: Any) -> ExpertCounter | None:
     if isinstance(decoder, DiffusionGemmaARDecoder):
         adapter, labels = decoder.adapter, {"prefill": PREFILL, "commit": AR}
     elif isinstance(getattr(decoder, "model", None), DiffusionGemmaAdapter):
-        adapter, labels = decoder.model, {"prefill": PREFILL, "commit": COMMIT}
+        # a hybrid run's commit forward is `encode_canvas` (it also verifies): still the canvas's causal re-encode
+        adapter, labels = decoder.model, {"prefill": PREFILL, "commit": COMMIT, "encode_canvas": COMMIT}
     elif isinstance(decoder, ARDecoder) and not isinstance(decoder, AssistedARDecoder):
         counter = ExpertCounter(decoder.model)
         return counter if counter.active else counter.close()

@@ -139,3 +139,32 @@ def test_sudoku_hybrid_summary_sets_every_way_beside_the_pure_modes(tmp_path):
     assert "routed (steps)" in proc.stdout and "routed (step_cap)" in proc.stdout
     assert proc.stdout.count("100.0% of samples decode exactly the AR mode's tokens") == 2
     assert list((tmp_path / "summary").glob("pareto_*.png"))
+
+
+@pytest.mark.parametrize("verify,route_steps", [("always", 8), ("steps", 4), ("steps", 5)])  # 4, 5: mixed canvases
+def test_the_context_holds_exactly_the_emitted_tokens(medium_diffusion_dir, adapter_factory, verify, route_steps):
+    """Whatever mix of verified and drafted canvases a row goes through, what its cache holds after the prompt is
+    the start of its output: a pinned token is emitted once, a rejected draft never enters the context."""
+    a = adapter_factory(medium_diffusion_dir)
+    context: list[int] = []
+    pending = {}
+    encode_canvas, advance = a.encode_canvas, a.advance  # `commit` runs through both as well
+
+    def on_encode(state, canvas, rows):
+        pending["canvas"] = canvas
+        return encode_canvas(state, canvas, rows)
+
+    def on_advance(state, rows, counts, hidden):
+        context.extend(pending["canvas"][0, : counts[0]].tolist())
+        return advance(state, rows, counts, hidden)
+
+    a.encode_canvas, a.advance = on_encode, on_advance
+    try:
+        dec = BlockDiffusionDecoder(a, EntropyBoundConfig(max_steps=8, verify=verify, route_steps=route_steps))
+        for req in _requests(a.encode, PROMPTS, [40, 33, 27, 45, 38]):
+            context.clear()
+            [res] = list(dec.stream([req], 1))
+            n = min(len(context), len(res.token_ids))
+            assert n > 0 and res.token_ids[:n] == context[:n]
+    finally:
+        a.encode_canvas, a.advance = encode_canvas, advance
