@@ -38,6 +38,7 @@ import torch
 from contract.decoding import DecoderKind
 from contract.records import GenerationRequest, GenerationResult, check_request
 from contract.text import cut_at_stop
+from models.slot_cache import bucket
 from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.draw import StepDraw, draw_exact, draw_reference
@@ -188,7 +189,15 @@ class BlockDiffusionDecoder:
         self.canvas_length = sampler.canvas_length or model.canvas_length
         self.resumable = sampler.random_stream != "reference"
         self.why_not_resumable = "random_stream=reference draws from one global stream per run"
-        self.fused = sampler.draw == "fused" or (sampler.draw == "fast" and model.device.type == "cuda" and _triton())
+        # `model.compile=step`: one compiled graph per step and batch bucket (its draw is `draw_whole`, in the graph)
+        self._whole = None
+        if getattr(model, "whole_step", False):
+            from harness.step_graph import WholeStep
+
+            self._whole = WholeStep(model, sampler)
+        self.fused = self._whole is None and (
+            sampler.draw == "fused" or (sampler.draw == "fast" and model.device.type == "cuda" and _triton())
+        )
         if sampler.draw == "fused" and not _triton():
             raise ValueError("sampler.draw=fused needs Triton and a CUDA device (or TRITON_INTERPRET=1 for tests)")
         self._draw = draw_exact if sampler.draw == "exact" else draw_fast
@@ -238,7 +247,7 @@ class BlockDiffusionDecoder:
         exhausted = False
         while True:
             t0 = time.perf_counter()
-            free = [i for i, r in enumerate(rows) if r is None] + list(range(len(rows), batch_size))
+            free = [i for i in range(batch_size) if i >= len(rows) or rows[i] is None]  # not a bucket's padding
             new = [] if exhausted else [self._start(r) for r in islice(queue, len(free))]
             exhausted = exhausted or len(new) < len(free)
             if new:
@@ -248,6 +257,8 @@ class BlockDiffusionDecoder:
                 grow = max(-(-r.req.max_new_tokens // c) * c for r in new)
                 state = model.prefill([r.req.prompt_ids for r in new], state, at, grow=grow)
                 top = max(at) + 1
+                if self._whole is not None:  # a compiled step runs a bucket of rows: the padding rows are free
+                    top = bucket(top)
                 if top > len(rows):  # the first admissions: the per-row buffers grow to the rows in use
                     extra = top - len(rows)
                     rows += [None] * extra
@@ -272,16 +283,13 @@ class BlockDiffusionDecoder:
             busy = [i for i, r in enumerate(rows) if r is not None]
             if not busy:
                 return
-            b = busy[-1] + 1
+            b = busy[-1] + 1 if self._whole is None else bucket(busy[-1] + 1)
             if logits.capacity < b:
                 logits.grow(b)
                 sample = fused_sampling(logits.sc) if self.fused else sample
-            if masks is None:  # rows were admitted, committed or released
+            if masks is None and self._whole is None:  # rows were admitted, committed or released
                 masks = model.canvas_masks(state, c, b)
 
-            x = model.denoise(
-                state, canvas[:b], masks, logits.sc[:b] if any(sc_rows[:b]) else None, sc_rows[:b], out=logits.raw[:b]
-            )
             keys = torch.tensor(
                 [
                     [r.req.seed if r else 0 for r in rows[:b]],
@@ -293,7 +301,12 @@ class BlockDiffusionDecoder:
             temps = cfg.temperatures(keys[2])  # host-known
             temperature = temps.to(dev)
             keys = keys.to(dev)
-            out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas[:b], history[:, :b], v)
+            if self._whole is not None:
+                out = self._whole(state, canvas[:b], history[:, :b], logits.raw[:b], sc_rows[:b], keys, temperature)
+            else:
+                sc = logits.sc[:b] if any(sc_rows[:b]) else None
+                x = model.denoise(state, canvas[:b], masks, sc, sc_rows[:b], out=logits.raw[:b])
+                out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas[:b], history[:, :b], v)
             canvas[:b], history[:, :b] = out.canvas, out.history
             parts = [out.finished.long()[:, None], out.kept[:, None], out.argmax]
             if cfg.capture_trajectory:  # the accepted mask rides in the same read
@@ -454,7 +467,7 @@ class BlockDiffusionDecoder:
         argmax, sc = canvas, None
         finished = torch.zeros(b, dtype=torch.bool, device=dev)
         history = torch.full((cfg.stability_steps, b, c), -1, dtype=torch.long, device=dev)
-        masks = model.canvas_masks(state, c)
+        masks = model.canvas_masks(state, c, b)  # the state may hold more rows (a compiled step's bucket)
         stopped = [False] * b
         for step in range(cfg.max_steps):
             x = model.denoise(state, canvas, masks, sc if cfg.self_conditioning else None)
