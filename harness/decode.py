@@ -102,19 +102,21 @@ def sampler_step(
     canvas: torch.Tensor,
     history: torch.Tensor,
     vocab: int,
+    positions: torch.Tensor | None = None,
 ) -> StepOutput:
     """Everything of one denoising step after the forward, for rows each at their own step.
 
     `x` (B, C, V) raw logits; `sample` is `torch_sampling(draw)` or `fused_sampling(...)`; `keys` (3, B)
-    int64: seed, canvas index and step of each row. Pure tensor code with no host reads, so it can be
-    captured whole by `torch.compile`.
+    int64: seed, canvas index and step of each row; `positions`: `streams.position_keys(C)`, which a compiled
+    caller passes in (see there). Pure tensor code with no host reads, so it can be captured whole by
+    `torch.compile`.
     """
     seed, canvas_idx, step = keys[0], keys[1], keys[2]
     d: StepDraw = sample(
-        x, temperature, softcap, streams.uniforms(seed, canvas_idx, step, canvas.shape[1], streams.SAMPLE)
+        x, temperature, softcap, streams.uniforms(seed, canvas_idx, step, canvas.shape[1], streams.SAMPLE, positions)
     )
     keep = cfg.remask(cfg.accept(d, step), d.confidence)
-    noise = streams.tokens(seed, canvas_idx, step, canvas.shape[1], vocab, streams.RENOISE)
+    noise = streams.tokens(seed, canvas_idx, step, canvas.shape[1], vocab, streams.RENOISE, positions)
     new_canvas = torch.where(keep, d.sampled, noise)
     mean_entropy = d.entropy.mean(-1)
     if cfg.adaptive_stop and history.shape[0] > 0:

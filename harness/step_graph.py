@@ -28,6 +28,7 @@ import torch
 
 from harness.decode import StepOutput, sampler_step, torch_sampling
 from models.slot_cache import bucket
+from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.fast_draw import draw_whole
 
@@ -49,6 +50,7 @@ class WholeStep:
         self.adapter, self.cfg = adapter, cfg
         self.sample = torch_sampling(draw_whole)
         self._cache = None
+        self._position_keys: torch.Tensor | None = None  # streams.position_keys: an input, not built in the graph
         self.graphs = 0  # graphs compiled (one per bucket and cache capacity; a recompile counts)
         self.shapes: set[tuple[int, int]] = set()  # the (bucket, cache capacity) pairs run
         self.fn = self.step
@@ -84,12 +86,28 @@ class WholeStep:
         top = torch.tensor(highest, dtype=torch.long, device=dev)
         stats = torch._dynamo.utils.counters["stats"]
         before = stats["unique_graphs"]
-        out = self.fn(canvas, history, logits, flags, starts, top, keys, temperature, cache.keys, cache.values)
+        if self._position_keys is None or self._position_keys.shape[0] != c:
+            self._position_keys = streams.position_keys(c, dev)
+        args = (canvas, history, logits, flags, starts, top, keys, temperature, self._position_keys)
+        out = self.fn(*args, cache.keys, cache.values)
         self.graphs += stats["unique_graphs"] - before
         cache.bytes_written += sum(2 * b * k.shape[1] * c * k.shape[3] * k.element_size() for k in cache.keys)
         return StepOutput(*out)
 
-    def step(self, canvas, history, logits, sc_rows, starts, highest, keys, temperature, cache_keys, cache_values):
+    def step(
+        self,
+        canvas,
+        history,
+        logits,
+        sc_rows,
+        starts,
+        highest,
+        keys,
+        temperature,
+        position_keys,
+        cache_keys,
+        cache_values,
+    ):
         """The graph: pure tensor code over static shapes; returns `StepOutput`'s fields as a tuple."""
         a = self.adapter
         dec, cache = a.model.model.decoder, self._cache  # its geometry only (ints): the buffers are arguments
@@ -108,6 +126,7 @@ class WholeStep:
         slots.keys, slots.values = cache_keys, cache_values
         hidden = a._decoder_layers(hidden, positions, masks, slots)
         x = torch.matmul(hidden, a.model.lm_head.weight.t()).float()
-        out = sampler_step(self.cfg, self.sample, x, temperature, a.softcap, keys, canvas, history, a.vocab_size)
+        v = a.vocab_size
+        out = sampler_step(self.cfg, self.sample, x, temperature, a.softcap, keys, canvas, history, v, position_keys)
         logits.copy_(x)  # processed in place by the sampler step: the next step's self-conditioning input
         return out.canvas, out.argmax, out.history, out.finished, out.kept, out.mean_entropy, out.keep

@@ -13,8 +13,9 @@ import torch
 from contract.records import GenerationRequest
 from harness.decode import BlockDiffusionDecoder, sampler_step, torch_sampling
 from harness.step_graph import WholeStep
+from samplers import streams
 from samplers.config import EntropyBoundConfig
-from samplers.fast_draw import draw_fast
+from samplers.fast_draw import draw_fast, draw_whole
 
 LOGITS_ATOL = 1e-4  # float32 logits of O(10): measured differences are ~1e-6
 PROMPTS = ["hi", "a longer prompt here", "mid size", "x", "0123456789abcdef", "zz top", "q", "lorem ipsum dolor"]
@@ -57,7 +58,8 @@ def _explain(adapter, b: int):
     flags = torch.tensor([r % 2 == 0 for r in range(b)])
     temperature = cfg.temperatures(i["keys"][2])
     args = (i["canvas"], i["history"], i["logits"], flags, torch.tensor(lengths), top, i["keys"], temperature)
-    return torch._dynamo.explain(step.step)(*args, state.cache.keys, state.cache.values)
+    positions = streams.position_keys(c)
+    return torch._dynamo.explain(step.step)(*args, positions, state.cache.keys, state.cache.values)
 
 
 @pytest.mark.parametrize("b", [1, pytest.param(8, marks=pytest.mark.slow)])
@@ -113,3 +115,26 @@ def test_the_engine_with_a_compiled_step_decodes_as_eager(adapter_factory, windo
         got = results["step"][sid]
         assert (got.token_ids, got.nfe, got.accepted_per_step) == (res.token_ids, res.nfe, res.accepted_per_step)
     assert dec._whole.graphs == len(dec._whole.shapes) <= 3, dec._whole.shapes
+
+
+@pytest.mark.slow
+def test_the_sampler_step_compiles_right_at_a_wide_canvas():
+    """At C >= 32 inductor's CPU code for the random streams built in the graph is wrong (a signed overflow
+    gcc -O3 exploits: segfaults, out-of-range indices); with `streams.position_keys` passed in it is exact."""
+    cfg = EntropyBoundConfig()
+    b, c, v = 2, 64, 112
+    torch.manual_seed(0)
+    logits = torch.randn(b, c, v) * 4
+    keys = torch.tensor([[11, 12], [0, 3], [1, 5]])
+    canvas, history = torch.randint(0, v, (b, c)), torch.full((1, b, c), -1)
+    temperature = cfg.temperatures(keys[2])
+
+    def step(x, keys, canvas, history, positions):
+        out = sampler_step(cfg, torch_sampling(draw_whole), x, temperature, 30.0, keys, canvas, history, v, positions)
+        return out.canvas, out.argmax, out.kept
+
+    positions = streams.position_keys(c)
+    eager = step(logits.clone(), keys, canvas, history, None)
+    compiled = torch.compile(step, fullgraph=True, dynamic=False)(logits.clone(), keys, canvas, history, positions)
+    for a, b_ in zip(eager, compiled, strict=True):
+        assert torch.equal(a, b_)
