@@ -12,13 +12,12 @@ decoder layers, LM head and sampler step, on prefilled rows; the eager step is t
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any
 
 import torch
 
-from bench.common import interleaved, machine_info, median, print_machine, table, write_json
+from bench.common import interleaved, machine_info, median, print_machine, quick_cli, table, write_json
 from samplers import streams
 
 PROMPTS = ["hello world", "a longer prompt goes here", "12 34 56", "x", "lorem ipsum dolor sit", "qwerty"]
@@ -160,11 +159,7 @@ def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out-dir", default=None)
-    a = p.parse_args()
-    run(a.quick, a.out_dir)
+    quick_cli(__doc__, run)
 
 
 if __name__ == "__main__":
