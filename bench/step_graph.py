@@ -59,7 +59,7 @@ def _setup(adapter, b: int, cfg):
 
 
 def compare(adapter, b: int, repeats: int) -> dict[str, Any]:
-    from harness.decode import sampler_step, torch_sampling
+    from harness.sampler_step import sampler_step, torch_sampling
     from harness.step_graph import WholeStep
     from samplers.config import EntropyBoundConfig
     from samplers.fast_draw import draw_fast

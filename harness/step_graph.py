@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness.decode import StepOutput, sampler_step, torch_sampling
+from harness.sampler_step import StepOutput, sampler_step, torch_sampling
 from models.slot_cache import bucket
 from samplers import streams
 from samplers.config import SamplerConfig

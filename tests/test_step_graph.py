@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from contract.records import GenerationRequest
-from harness.decode import BlockDiffusionDecoder, sampler_step, torch_sampling
+from harness.decode import BlockDiffusionDecoder
+from harness.sampler_step import sampler_step, torch_sampling
 from harness.step_graph import WholeStep
 from samplers import streams
 from samplers.config import EntropyBoundConfig
