@@ -105,3 +105,14 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 def print_machine(info: dict[str, Any]) -> None:
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+
+
+def quick_cli(doc: str, run: Callable[..., Any], argv: list[str] | None = None) -> Any:
+    """`python -m bench.<name> [--quick] [--out-dir DIR]`: parse the two flags every bench takes and run it."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out-dir", default=None)
+    a = p.parse_args(argv)
+    return run(a.quick, a.out_dir)

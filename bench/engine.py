@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import torch
 
-from bench.common import machine_info, print_machine, table, write_json
+from bench.common import machine_info, print_machine, quick_cli, table, write_json
 
 WIDE_DIR = Path("outputs/bench/models/narrow_v262144_c256")
 MID_DIR = Path("outputs/bench/models/mid_h256_l4_c32")
@@ -232,11 +231,7 @@ def run(quick: bool = False, out_dir: str | None = None, quiet: bool = False) ->
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--out-dir", default=None)
-    a = p.parse_args()
-    run(a.quick, a.out_dir)
+    quick_cli(__doc__, run)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@
 4. the engine's own costs: extra logits memory in U (ours vs `generate()`), host syncs per step and loop
    overhead at B = 1, 8, 32 (bench.engine);
 5. the AR engine vs `generate()` / assisted generation on the Sudoku AR models, and tokens/s vs concurrency
-   for AR, AR + draft and diffusion (bench.ar_engine; ratio there = ours / reference tokens/s).
+   for AR, AR + draft and diffusion (bench.ar_engine; ratio there = ours / reference tokens/s);
+6. the K/V bytes copied per commit / admission (bench.cache_copies);
+7. the denoising step eager vs compiled whole (`model.compile=step`) on the mid-size model at B = 1, 8: host ops
+   per step, step time, graphs, graph breaks, logits difference (bench.step_graph; ratio = eager / compiled).
 Ratios are reference wall / ours (> 1: ours is faster), medians of interleaved runs in one process.
 
     python -m bench.run_all [--quick] [--out-dir outputs/bench]
@@ -19,7 +22,7 @@ import argparse
 import time
 from typing import Any
 
-from bench import ar_engine, cache_copies, decode_loop, engine, eval_throughput, sampler_step
+from bench import ar_engine, cache_copies, decode_loop, engine, eval_throughput, sampler_step, step_graph
 from bench.common import OUT_DIR, machine_info, print_machine, table, write_json
 
 
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         eng = engine.run(quick=True, out_dir=a.out_dir, quiet=True)
         arx = ar_engine.run(quick=True, out_dir=a.out_dir, quiet=True)
         cc = cache_copies.run(quick=True, out_dir=a.out_dir, quiet=True)
+        sg = step_graph.run(quick=True, out_dir=a.out_dir, quiet=True)
     else:
         sampler = sampler_step.run([1, 4], repeats=3, threads=2, out_dir=a.out_dir)
         decode = decode_loop.run([1, 4], repeats=5, threads=1, out_dir=a.out_dir)
@@ -113,7 +117,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         eng = engine.run(out_dir=a.out_dir)
         arx = ar_engine.run(out_dir=a.out_dir)
         cc = cache_copies.run(out_dir=a.out_dir)
+        sg = step_graph.run(out_dir=a.out_dir)
     rows = summary_rows(sampler, decode, throughput, eng) + ar_engine.summary_rows(arx) + cache_copies.summary_rows(cc)
+    rows += step_graph.summary_rows(sg)
     info = machine_info()
     payload = {
         "bench": "run_all",

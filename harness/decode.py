@@ -40,39 +40,13 @@ from contract.decoding import DecoderKind
 from contract.records import GenerationRequest, GenerationResult, StreamEvent, check_request
 from contract.text import cut_at_stop
 from harness.canvas_verify import sampling_of, verify_canvases, wants_verify
+from harness.sampler_step import process_logits, sampler_step, torch_sampling
 from harness.stable_stream import StableRuns, StableStream
+from models.slot_cache import bucket
 from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.draw import StepDraw, draw_exact, draw_reference
 from samplers.fast_draw import draw_fast
-
-
-@dataclass
-class StepOutput:
-    canvas: torch.Tensor  # (B, C) next canvas: accepted samples, fresh noise elsewhere
-    argmax: torch.Tensor  # (B, C) argmax canvas (what a stopped canvas commits)
-    history: torch.Tensor  # (S, B, C) last argmax canvases, for the stability test
-    finished: torch.Tensor  # (B,) bool: stable and confident (adaptive stop)
-    kept: torch.Tensor  # (B,) long: positions that kept their sampled token
-    mean_entropy: torch.Tensor  # (B,) float32
-    keep: torch.Tensor  # (B, C) bool: which positions kept their sampled token (read only to capture trajectories)
-
-
-def process_logits(x: torch.Tensor, softcap: float | None, temperature: torch.Tensor) -> torch.Tensor:
-    """In place: cap * tanh(x / cap) (transformers' op order), then divide each row by its temperature."""
-    if softcap:
-        x.div_(softcap).tanh_().mul_(softcap)
-    return x.div_(temperature[:, None, None])
-
-
-def torch_sampling(draw):
-    """`sample(raw, temperature, softcap, u)` from a torch draw: process the logits in place, then draw.
-    The processed logits stay in `raw`, which is the next step's self-conditioning input."""
-
-    def sample(x: torch.Tensor, temperature: torch.Tensor, softcap: float | None, u: torch.Tensor) -> StepDraw:
-        return draw(process_logits(x, softcap, temperature), u)
-
-    return sample
 
 
 def fused_sampling(processed_out: torch.Tensor):
@@ -92,42 +66,6 @@ def fused_sampling(processed_out: torch.Tensor):
         return StepDraw(*(t.view(b, c) for t in out))
 
     return sample
-
-
-def sampler_step(
-    cfg: SamplerConfig,
-    sample,
-    x: torch.Tensor,
-    temperature: torch.Tensor,
-    softcap: float | None,
-    keys: torch.Tensor,
-    canvas: torch.Tensor,
-    history: torch.Tensor,
-    vocab: int,
-) -> StepOutput:
-    """Everything of one denoising step after the forward, for rows each at their own step.
-
-    `x` (B, C, V) raw logits; `sample` is `torch_sampling(draw)` or `fused_sampling(...)`; `keys` (3, B)
-    int64: seed, canvas index and step of each row. Pure tensor code with no host reads, so it can be
-    captured whole by `torch.compile`.
-    """
-    seed, canvas_idx, step = keys[0], keys[1], keys[2]
-    d: StepDraw = sample(
-        x, temperature, softcap, streams.uniforms(seed, canvas_idx, step, canvas.shape[1], streams.SAMPLE)
-    )
-    keep = cfg.remask(cfg.accept(d, step), d.confidence)
-    noise = streams.tokens(seed, canvas_idx, step, canvas.shape[1], vocab, streams.RENOISE)
-    new_canvas = torch.where(keep, d.sampled, noise)
-    mean_entropy = d.entropy.mean(-1)
-    if cfg.adaptive_stop and history.shape[0] > 0:
-        stable = (history == d.argmax[None]).all(-1).all(0)
-        history = torch.cat([history[1:], d.argmax[None]])
-        finished = stable & (mean_entropy < cfg.stop_entropy)
-    elif cfg.adaptive_stop:  # stability_steps == 0: confidence alone
-        finished = mean_entropy < cfg.stop_entropy
-    else:
-        finished = torch.zeros_like(mean_entropy, dtype=torch.bool)
-    return StepOutput(new_canvas, d.argmax, history, finished, keep.sum(-1), mean_entropy, keep)
 
 
 def _triton() -> bool:
@@ -195,7 +133,15 @@ class BlockDiffusionDecoder:
         self.canvas_length = sampler.canvas_length or model.canvas_length
         self.resumable = sampler.random_stream != "reference"
         self.why_not_resumable = "random_stream=reference draws from one global stream per run"
-        self.fused = sampler.draw == "fused" or (sampler.draw == "fast" and model.device.type == "cuda" and _triton())
+        # `model.compile=step`: one compiled graph per step and batch bucket (its draw is `draw_whole`, in the graph)
+        self._whole = None
+        if getattr(model, "whole_step", False):
+            from harness.step_graph import WholeStep
+
+            self._whole = WholeStep(model, sampler)
+        self.fused = self._whole is None and (
+            sampler.draw == "fused" or (sampler.draw == "fast" and model.device.type == "cuda" and _triton())
+        )
         if sampler.draw == "fused" and not _triton():
             raise ValueError("sampler.draw=fused needs Triton and a CUDA device (or TRITON_INTERPRET=1 for tests)")
         self._draw = draw_exact if sampler.draw == "exact" else draw_fast
@@ -262,7 +208,7 @@ class BlockDiffusionDecoder:
         visible = StableStream(model.eos_ids, on_visible) if cfg.streaming else None
         while True:
             t0 = time.perf_counter()
-            free = [i for i, r in enumerate(rows) if r is None] + list(range(len(rows), batch_size))
+            free = [i for i in range(batch_size) if i >= len(rows) or rows[i] is None]  # not a bucket's padding
             new = [] if exhausted else [self._start(r) for r in islice(queue, len(free))]
             exhausted = exhausted or len(new) < len(free)
             if new:
@@ -272,6 +218,8 @@ class BlockDiffusionDecoder:
                 grow = max(-(-r.req.max_new_tokens // c) * c for r in new)
                 state = model.prefill([r.req.prompt_ids for r in new], state, at, grow=grow)
                 top = max(at) + 1
+                if self._whole is not None:  # a compiled step runs a bucket of rows: the padding rows are free
+                    top = bucket(top)
                 if top > len(rows):  # the first admissions: the per-row buffers grow to the rows in use
                     extra = top - len(rows)
                     rows += [None] * extra
@@ -306,16 +254,13 @@ class BlockDiffusionDecoder:
             busy = [i for i, r in enumerate(rows) if r is not None]
             if not busy:
                 return
-            b = busy[-1] + 1
+            b = busy[-1] + 1 if self._whole is None else bucket(busy[-1] + 1)
             if logits.capacity < b:
                 logits.grow(b)
                 sample = fused_sampling(logits.sc) if self.fused else sample
-            if masks is None:  # rows were admitted, committed or released
+            if masks is None and self._whole is None:  # rows were admitted, committed or released
                 masks = model.canvas_masks(state, c, b)
 
-            x = model.denoise(
-                state, canvas[:b], masks, logits.sc[:b] if any(sc_rows[:b]) else None, sc_rows[:b], out=logits.raw[:b]
-            )
             keys = torch.tensor(
                 [
                     [r.req.seed if r else 0 for r in rows[:b]],
@@ -327,7 +272,12 @@ class BlockDiffusionDecoder:
             temps = cfg.temperatures(keys[2])  # host-known
             temperature = temps.to(dev)
             keys = keys.to(dev)
-            out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas[:b], history[:, :b], v)
+            if self._whole is not None:
+                out = self._whole(state, canvas[:b], history[:, :b], logits.raw[:b], sc_rows[:b], keys, temperature)
+            else:
+                sc = logits.sc[:b] if any(sc_rows[:b]) else None
+                x = model.denoise(state, canvas[:b], masks, sc, sc_rows[:b], out=logits.raw[:b])
+                out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas[:b], history[:, :b], v)
             if verifying_on:  # a pinned position 0 keeps its (already emitted) AR token
                 pinned = pins[:b] >= 0
                 out.canvas[:, 0] = torch.where(pinned, pins[:b], out.canvas[:, 0])
@@ -557,7 +507,7 @@ class BlockDiffusionDecoder:
         argmax, sc = canvas, None
         finished = torch.zeros(b, dtype=torch.bool, device=dev)
         history = torch.full((cfg.stability_steps, b, c), -1, dtype=torch.long, device=dev)
-        masks = model.canvas_masks(state, c)
+        masks = model.canvas_masks(state, c, b)  # the state may hold more rows (a compiled step's bucket)
         stopped = [False] * b
         for step in range(cfg.max_steps):
             x = model.denoise(state, canvas, masks, sc if cfg.self_conditioning else None)

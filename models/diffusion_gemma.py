@@ -23,7 +23,7 @@ from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
 from models import logits_blocks, slot_attention
 from models.lora import load_adapter
-from models.slot_cache import SlotCache
+from models.slot_cache import CanvasSlots, SlotCache, bucket
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
@@ -56,7 +56,7 @@ class DiffusionGemmaAdapter:
         device: str = "cpu",
         device_map: str | None = None,
         attn_implementation: str | None = None,
-        compile: bool = False,
+        compile: bool | str = False,
         enable_thinking: bool | None = None,
         eos_token_ids: list[int] | None = None,
         num_threads: int | None = None,
@@ -92,7 +92,7 @@ class DiffusionGemmaAdapter:
         name: str = "in-memory",
         eos_token_ids: list[int] | None = None,
         enable_thinking: bool | None = None,
-        compile: bool = False,
+        compile: bool | str = False,
     ) -> DiffusionGemmaAdapter:
         """Wrap a model already in memory (e.g. built directly on a GPU with random weights)."""
         self = cls.__new__(cls)
@@ -115,9 +115,16 @@ class DiffusionGemmaAdapter:
             attn.append_to_cache = functools.partial(_append_to_slots, attn.append_to_cache, attn.layer_idx)
         self._encoder = model.model.encoder
         self._layer_calls = list(model.model.decoder.layers)
-        if compile:
+        self.compile = compile_mode(compile)
+        if self.compile == "layers":
             self._encoder = torch.compile(self._encoder)
             self._layer_calls = [torch.compile(layer) for layer in self._layer_calls]
+
+    @property
+    def whole_step(self) -> bool:
+        """`compile=step`: the decode engine runs each denoising step as one compiled graph per batch bucket
+        (`harness.step_graph`); the cache then holds a bucket's rows."""
+        return self.compile == "step"
 
     def encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, self.enable_thinking)
@@ -137,6 +144,8 @@ class DiffusionGemmaAdapter:
         sliding layer's ring holds window - 1 + C slots, what transformers' sliding cache holds during a step."""
         text = self.config.get_text_config(decoder=True)
         c = canvas_length or self.canvas_length
+        if self.whole_step:  # a compiled step runs a power-of-two bucket of rows: the padding rows exist, free
+            rows = bucket(rows)
         cache = SlotCache(text, rows, max(positions, c), c, self.dtype, self.device, self.row_indexed)
         return ContextState(cache, [0] * rows)
 
@@ -310,9 +319,21 @@ class DiffusionGemmaAdapter:
         }
 
 
+def compile_mode(value: bool | str | None) -> str | None:
+    """`model.compile`: false (eager), true / "layers" (the encoder and each decoder layer compiled on their
+    own) or "step" (the whole denoising step, one graph per batch bucket: `harness.step_graph`)."""
+    if value in (None, False, "false", "none", ""):
+        return None
+    if value in (True, "true", "layers"):
+        return "layers"
+    if value == "step":
+        return "step"
+    raise ValueError(f"model.compile: false, true / layers or step, got {value!r}")
+
+
 def _append_to_slots(original, layer_idx: int, past_key_values, key_states, value_states):
     """The decoder attention's `append_to_cache`: over a `SlotCache` the canvas K/V are written into the slots
     after each row's context and the span returned; any other cache keeps transformers' own (a concatenation)."""
-    if isinstance(past_key_values, SlotCache):
+    if isinstance(past_key_values, (SlotCache, CanvasSlots)):
         return past_key_values.update(key_states, value_states, layer_idx)
     return original(past_key_values, key_states, value_states)

@@ -32,6 +32,11 @@ ROW_LOOP_MAX = 4
 ROW_LOOP_MIN_QUERIES = 16
 
 
+def bucket(rows: int) -> int:
+    """The power of two at or above `rows`: the batch sizes a whole compiled step runs (1, 2, 4, 8, ...)."""
+    return 1 << max(0, rows - 1).bit_length()
+
+
 class SlotCache:
     """Preallocated K/V slots for `rows` batch rows of a causal LM (or DiffusionGemma's encoder)."""
 
@@ -87,11 +92,8 @@ class SlotCache:
         """(len(rows), span) the position each of the first `span` slots holds (-1: empty), from the highest
         position written per row alone (`highest`: as it will be once the next forward has written)."""
         top = highest if highest is not None else [self.written[r] for r in rows]
-        hi = torch.tensor(top, dtype=torch.long, device=self.device)[:, None]
-        s = torch.arange(span, device=self.device)[None, :]
-        n = self.modulus(layer_type)
-        kp = hi - torch.remainder(hi - s, n)
-        return torch.where(kp >= 0, kp, torch.full_like(kp, -1))
+        hi = torch.tensor(top, dtype=torch.long, device=self.device)
+        return slot_positions(hi, span, self.modulus(layer_type))
 
     # --- the write context of one forward ------------------------------------------------------------
     def reset(self, rows: list[int]) -> None:
@@ -108,9 +110,7 @@ class SlotCache:
         if n > self.max_chunk:
             raise ValueError(f"a forward may write at most {self.max_chunk} positions per row, got {n}")
         rows_list = list(range(len(starts))) if rows is None else list(rows)
-        self.reserve(max(s + n for s in starts))
-        for r, s, m in zip(rows_list, starts, real or [n] * len(starts), strict=True):
-            self.written[r] = max(self.written[r], s + m - 1)
+        self.note_writes(rows_list, starts, n, real)
         pos = torch.tensor(starts, dtype=torch.long, device=self.device)[:, None] + torch.arange(n, device=self.device)
         contiguous = rows_list == list(range(len(rows_list)))
         self._rows = None if contiguous else torch.tensor(rows_list, dtype=torch.long, device=self.device)
@@ -122,6 +122,13 @@ class SlotCache:
         for t in set(self.layer_types):
             self._slots[t] = torch.remainder(pos, self.ring) if self.is_sliding_type(t) else pos
             self._span[t] = min(self.slots_of(t), max(s + n for s in starts))
+
+    def note_writes(self, rows: list[int], starts: list[int], n: int, real: list[int] | None = None) -> None:
+        """The host's record of a forward writing positions starts[i].. of rows[i] (room made, highest position
+        per row): what `begin` notes, and all a compiled step needs noted (its graph writes the slots)."""
+        self.reserve(max(s + n for s in starts))
+        for r, s, m in zip(rows, starts, real or [n] * len(starts), strict=True):
+            self.written[r] = max(self.written[r], s + m - 1)
 
     def masks(self, query_positions: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """Causal additive attention masks (b, 1, q, span) per layer type for the current forward's rows: a key
@@ -146,12 +153,24 @@ class SlotCache:
         canvas at `lengths[i]`..): every query sees the whole context and block, the sliding layers the last
         `window - 1` context positions (what transformers' sliding cache layer holds) and the block."""
         self.reserve(max(lengths) + n)  # the block's slots exist before the masks over them are built
+        starts = torch.tensor(lengths, dtype=torch.long, device=self.device)
+        highest = torch.tensor(self.block_highest(rows, lengths, n), dtype=torch.long, device=self.device)
+        spans = {t: min(self.slots_of(t), max(lengths) + n) for t in set(self.layer_types)}
+        return self.block_masks_at(starts, highest, n, dtype, spans)
+
+    def block_highest(self, rows: list[int], lengths: list[int], n: int) -> list[int]:
+        """The highest position of each row once a block of n positions after its context is written."""
+        return [max(self.written[r], m + n - 1) for r, m in zip(rows, lengths, strict=True)]
+
+    def block_masks_at(
+        self, starts: torch.Tensor, highest: torch.Tensor, n: int, dtype: torch.dtype, spans: dict[str, int]
+    ) -> dict[str, torch.Tensor]:
+        """`block_masks` from device tensors alone (the block's first position and each row's highest position,
+        (b,)), over `spans[t]` slots: pure tensor code, so a compiled step builds its masks in its graph."""
         out = {}
-        hi = torch.tensor(lengths, dtype=torch.long, device=self.device)[:, None, None, None] + n
-        highest = [max(self.written[r], m + n - 1) for r, m in zip(rows, lengths, strict=True)]  # block written
-        for t in set(self.layer_types):
-            span = min(self.slots_of(t), max(lengths) + n)
-            kp = self.key_positions(t, rows, span, highest)[:, None, None, :]
+        hi = starts[:, None, None, None] + n
+        for t, span in spans.items():
+            kp = slot_positions(highest, span, self.modulus(t))[:, None, None, :]
             seen = (kp >= 0) & (kp < hi)
             if self.is_sliding_type(t):
                 seen = seen & (kp >= hi - n - (self.window - 1))
@@ -181,6 +200,13 @@ class SlotCache:
             return keys, values
         self.bytes_gathered += 2 * b * k.shape[1] * span * k.shape[3] * k.element_size()
         return k[self._rows, :, :span], v[self._rows, :, :span]
+
+    def canvas_slots(self, starts: torch.Tensor, n: int) -> CanvasSlots:
+        """The writes of a block of n positions after each row's context (rows 0..b-1, `starts` (b,) on the
+        device), as a cache object of pure tensor code that a compiled step creates inside its graph."""
+        pos = starts[:, None] + torch.arange(n, device=starts.device)
+        slots = {t: torch.remainder(pos, self.ring) if self.is_sliding_type(t) else pos for t in set(self.layer_types)}
+        return CanvasSlots(self.keys, self.values, self.layer_types, slots)
 
     def move(self, src: int, dst: int) -> None:
         """Row `src`'s slots become row `dst`'s (the end of a run packs its last rows down, so that a step stops
@@ -229,6 +255,32 @@ class SlotCache:
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
+
+
+class CanvasSlots:
+    """What the decoder layers of a compiled step see as their cache: writes a block's K/V into rows 0..b-1 of
+    the slot buffers (at `slots[t]`, (b, n)) and hands back every slot of those rows, so each layer's shapes are
+    fixed by the buffers alone (masks hide what a row has not written). No host state, no counters."""
+
+    def __init__(self, keys: list, values: list, layer_types: list[str], slots: dict[str, torch.Tensor]):
+        self.keys, self.values, self.layer_types, self.slots = keys, values, layer_types, slots
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        slots = self.slots[self.layer_types[layer_idx]]
+        b, n = slots.shape
+        rows = torch.arange(b, device=slots.device)[:, None].expand(b, n)
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k[rows, :, slots] = key_states.transpose(1, 2).to(k.dtype)
+        v[rows, :, slots] = value_states.transpose(1, 2).to(v.dtype)
+        return k[:b], v[:b]
+
+
+def slot_positions(highest: torch.Tensor, span: int, modulus: int) -> torch.Tensor:
+    """(b, span) the position each of the first `span` slots holds (-1: empty) for rows whose highest written
+    position is `highest` (b,), position p living in slot p mod `modulus`."""
+    hi = highest[:, None]
+    kp = hi - torch.remainder(hi - torch.arange(span, device=highest.device)[None, :], modulus)
+    return torch.where(kp >= 0, kp, torch.full_like(kp, -1))
 
 
 def _additive(seen: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -45,24 +45,52 @@ def mix64(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shr(x, 31)
 
 
-def _bits(seed: torch.Tensor, canvas: torch.Tensor, step: torch.Tensor, width: int, stream: int) -> torch.Tensor:
-    """(B, width) int64 hash bits for rows keyed by (seed, canvas, step) (each (B,) int64), positions 0..width-1."""
+def position_keys(width: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(width,) int64 `(position + 1) * GOLDEN` (wrapping), the per-position part of every key.
+
+    A compiled graph should receive these as an input tensor: built inside it from `arange`, inductor's CPU
+    code folds the product into a loop-index expression whose signed overflow gcc -O3 treats as undefined
+    (wrong values and segfaults at widths >= 32 with torch 2.13; tests/test_step_graph.py)."""
+    return (torch.arange(width, device=device, dtype=torch.long) + 1) * GOLDEN
+
+
+def _bits(
+    seed: torch.Tensor,
+    canvas: torch.Tensor,
+    step: torch.Tensor,
+    width: int,
+    stream: int,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(B, width) int64 hash bits for rows keyed by (seed, canvas, step) (each (B,) int64), positions 0..width-1
+    (`positions`: their `position_keys`, else computed here)."""
     h = mix64(seed.long() + _signed(_GOLDEN * (stream + 1) % (1 << 64)))
     h = mix64(h + canvas.long() * GOLDEN)
     h = mix64(h + (step.long() + 1) * GOLDEN)
-    pos = torch.arange(width, device=seed.device, dtype=torch.long)
-    return mix64(h[:, None] + (pos[None, :] + 1) * GOLDEN)
+    pos = position_keys(width, seed.device) if positions is None else positions
+    return mix64(h[:, None] + pos[None, :])
 
 
 def uniforms(
-    seed: torch.Tensor, canvas: torch.Tensor, step: torch.Tensor, width: int, stream: int = SAMPLE
+    seed: torch.Tensor,
+    canvas: torch.Tensor,
+    step: torch.Tensor,
+    width: int,
+    stream: int = SAMPLE,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(B, width) float64 uniforms in [0, 1) with 53 random bits each."""
-    return _shr(_bits(seed, canvas, step, width, stream), 11).double() * (2.0**-53)
+    return _shr(_bits(seed, canvas, step, width, stream, positions), 11).double() * (2.0**-53)
 
 
 def tokens(
-    seed: torch.Tensor, canvas: torch.Tensor, step: torch.Tensor, width: int, vocab: int, stream: int
+    seed: torch.Tensor,
+    canvas: torch.Tensor,
+    step: torch.Tensor,
+    width: int,
+    vocab: int,
+    stream: int,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(B, width) int64 tokens uniform over [0, vocab) (modulo bias below 2**-40 for any real vocabulary)."""
-    return torch.remainder(_shr(_bits(seed, canvas, step, width, stream), 1), vocab)
+    return torch.remainder(_shr(_bits(seed, canvas, step, width, stream, positions), 1), vocab)

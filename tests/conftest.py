@@ -83,6 +83,15 @@ def medium_diffusion_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def windowed_dir(tmp_path_factory):
+    """Partly sharpened (canvases stop after varying steps) with a sliding window shorter than the context,
+    so row surgery on sliding-window cache layers (ring slots) is exercised."""
+    from models.tiny import build_diffusion
+
+    return build_diffusion(tmp_path_factory.mktemp("windowed"), seed=3, sharpen=8.0, canvas_length=8, sliding_window=6)
+
+
+@pytest.fixture(scope="session")
 def adapter_factory():
     from models.diffusion_gemma import DiffusionGemmaAdapter
 

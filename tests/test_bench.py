@@ -251,6 +251,7 @@ def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_
         "engine_overhead",
         "ar_engine",
         "cache_copies",
+        "step_graph",
     }
     no_ratio = {"engine_overhead", "cache_copies"}  # no reference run / a count (before: arithmetic)
     assert all(r["ratio"] > 0 for r in payload["rows"] if r["bench"] not in no_ratio)
@@ -260,6 +261,7 @@ def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_
         "sampler_step.json",
         "decode_loop.json",
         "eval_throughput.json",
+        "step_graph.json",
         "engine.json",
         "ar_engine.json",
         "cache_copies.json",

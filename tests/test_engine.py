@@ -28,15 +28,6 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def windowed_dir(tmp_path_factory):
-    """Partly sharpened (canvases stop after varying steps) with a sliding window shorter than the context,
-    so row surgery on sliding-window cache layers is exercised."""
-    from models.tiny import build_diffusion
-
-    return build_diffusion(tmp_path_factory.mktemp("windowed"), seed=3, sharpen=8.0, canvas_length=8, sliding_window=6)
-
-
 def _requests(adapter, n=None):
     # 1-3 canvases each (canvas 8), so rows commit at different moments and leave at different moments
     return [

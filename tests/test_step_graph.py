@@ -1,0 +1,141 @@
+"""The whole denoising step in one graph (`model.compile=step`, harness.step_graph): no graph breaks at B=1 and
+B=8, one compiled graph per batch bucket, and the compiled step gives the eager step's results.
+
+Tolerance: the compiled step attends over every slot of the cache (masked) and inductor fuses and reorders the
+float32 maths, so its logits differ from eager by rounding only (LOGITS_ATOL); the tokens it draws, accepts
+and commits are the same, which the engine test checks sample by sample."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from contract.records import GenerationRequest
+from harness.decode import BlockDiffusionDecoder
+from harness.sampler_step import sampler_step, torch_sampling
+from harness.step_graph import WholeStep
+from samplers import streams
+from samplers.config import EntropyBoundConfig
+from samplers.fast_draw import draw_fast, draw_whole
+
+LOGITS_ATOL = 1e-4  # float32 logits of O(10): measured differences are ~1e-6
+PROMPTS = ["hi", "a longer prompt here", "mid size", "x", "0123456789abcdef", "zz top", "q", "lorem ipsum dolor"]
+
+
+def _inputs(adapter, b: int, cfg):
+    """A state with b prefilled rows and one step's inputs (canvas, history, workspace, keys, temperature)."""
+    c, v = adapter.canvas_length, adapter.vocab_size
+    state = adapter.prefill([adapter.encode(p) for p in (PROMPTS * 2)[:b]], adapter.open(b, c), grow=2 * c)
+    torch.manual_seed(b)
+    keys = torch.tensor([[7 + i for i in range(b)], [0] * b, [0] * b])
+    return {
+        "state": state,
+        "canvas": torch.randint(0, v, (b, c)),
+        "history": torch.full((cfg.stability_steps, b, c), -1),
+        "logits": torch.zeros(b, c, v),
+        "keys": keys,
+    }
+
+
+def _eager_step(adapter, cfg, state, canvas, history, logits, sc_rows, keys):
+    """What the engine runs without `compile=step`: `denoise`, then `sampler_step` with the CPU draw."""
+    masks = adapter.canvas_masks(state, canvas.shape[1], canvas.shape[0])
+    x = adapter.denoise(state, canvas, masks, logits if any(sc_rows) else None, sc_rows, out=logits)
+    temperature = cfg.temperatures(keys[2])
+    return sampler_step(
+        cfg, torch_sampling(draw_fast), x, temperature, adapter.softcap, keys, canvas, history, adapter.vocab_size
+    )
+
+
+def _explain(adapter, b: int):
+    cfg = EntropyBoundConfig()
+    step = WholeStep(adapter, cfg, compile=False)
+    i = _inputs(adapter, b, cfg)
+    state = i.pop("state")
+    step._cache = state.cache
+    c = adapter.canvas_length
+    lengths = state.lengths[:b]
+    top = torch.tensor(state.cache.block_highest(list(range(b)), lengths, c))
+    flags = torch.tensor([r % 2 == 0 for r in range(b)])
+    temperature = cfg.temperatures(i["keys"][2])
+    args = (i["canvas"], i["history"], i["logits"], flags, torch.tensor(lengths), top, i["keys"], temperature)
+    positions = streams.position_keys(c)
+    return torch._dynamo.explain(step.step)(*args, positions, state.cache.keys, state.cache.values)
+
+
+@pytest.mark.parametrize("b", [1, pytest.param(8, marks=pytest.mark.slow)])
+def test_the_whole_step_traces_as_one_graph(adapter_factory, medium_diffusion_dir, b):
+    """Decoder layers (MoE experts included), self-conditioning, LM head and sampler: one graph, no breaks."""
+    report = _explain(adapter_factory(medium_diffusion_dir), b)
+    assert report.graph_break_count == 0, [r.reason for r in report.break_reasons]
+    assert report.graph_count == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["medium_diffusion_dir", "windowed_dir"])
+@pytest.mark.parametrize("b", [1, 8])
+def test_the_compiled_step_matches_the_eager_step(adapter_factory, request, fixture, b):
+    """Two steps (the second self-conditioned on all rows but one), compiled vs the engine's eager step: the same
+    tokens, accept counts and stop flags, the processed logits (the next self-conditioning input) within
+    LOGITS_ATOL. `windowed_dir` has a sliding window shorter than the context (ring slots)."""
+    adapter = adapter_factory(request.getfixturevalue(fixture))
+    cfg = EntropyBoundConfig()
+    compiled = WholeStep(adapter, cfg)
+    eager, ours = _inputs(adapter, b, cfg), _inputs(adapter, b, cfg)
+    sc_rows = [False] * b
+    for step in range(2):
+        e = _eager_step(adapter, cfg, sc_rows=sc_rows, **eager)
+        temperature = cfg.temperatures(ours["keys"][2])
+        o = compiled(ours["state"], ours["canvas"], ours["history"], ours["logits"], sc_rows, ours["keys"], temperature)
+        torch.testing.assert_close(ours["logits"], eager["logits"], atol=LOGITS_ATOL, rtol=0)
+        for name in ("canvas", "argmax", "history", "finished", "kept", "keep"):
+            assert torch.equal(getattr(o, name), getattr(e, name)), (step, name)
+        torch.testing.assert_close(o.mean_entropy, e.mean_entropy, atol=1e-5, rtol=1e-5)
+        for i in (eager, ours):
+            i["canvas"], i["history"] = e.canvas.clone(), e.history.clone()
+            i["keys"] = i["keys"] + torch.tensor([[0], [0], [1]])
+        sc_rows = [r != b - 1 for r in range(b)]
+    assert compiled.graphs == 1
+
+
+@pytest.mark.slow
+def test_the_engine_with_a_compiled_step_decodes_as_eager(adapter_factory, windowed_dir):
+    """Continuous batching at batch 3 (bucket 4, then 2 and 1 as the run drains): every sample's tokens, steps
+    and accept counts equal the eager engine's, and one graph is compiled per bucket."""
+    eager = adapter_factory(windowed_dir)
+    whole = adapter_factory(windowed_dir, compile="step")
+    results = {}
+    for name, adapter in (("eager", eager), ("step", whole)):
+        dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
+        reqs = [
+            GenerationRequest(f"s{i}", adapter.encode(p), seed=100 + i, max_new_tokens=8 * (1 + i % 3))
+            for i, p in enumerate(PROMPTS)
+        ]
+        results[name] = {r.sample_id: r for r in dec.stream(reqs, batch_size=3)}
+    for sid, res in results["eager"].items():
+        got = results["step"][sid]
+        assert (got.token_ids, got.nfe, got.accepted_per_step) == (res.token_ids, res.nfe, res.accepted_per_step)
+    assert dec._whole.graphs == len(dec._whole.shapes) <= 3, dec._whole.shapes
+
+
+@pytest.mark.slow
+def test_the_sampler_step_compiles_right_at_a_wide_canvas():
+    """At C >= 32 inductor's CPU code for the random streams built in the graph is wrong (a signed overflow
+    gcc -O3 exploits: segfaults, out-of-range indices); with `streams.position_keys` passed in it is exact."""
+    cfg = EntropyBoundConfig()
+    b, c, v = 2, 64, 112
+    torch.manual_seed(0)
+    logits = torch.randn(b, c, v) * 4
+    keys = torch.tensor([[11, 12], [0, 3], [1, 5]])
+    canvas, history = torch.randint(0, v, (b, c)), torch.full((1, b, c), -1)
+    temperature = cfg.temperatures(keys[2])
+
+    def step(x, keys, canvas, history, positions):
+        out = sampler_step(cfg, torch_sampling(draw_whole), x, temperature, 30.0, keys, canvas, history, v, positions)
+        return out.canvas, out.argmax, out.kept
+
+    positions = streams.position_keys(c)
+    eager = step(logits.clone(), keys, canvas, history, None)
+    compiled = torch.compile(step, fullgraph=True, dynamic=False)(logits.clone(), keys, canvas, history, positions)
+    for a, b_ in zip(eager, compiled, strict=True):
+        assert torch.equal(a, b_)
