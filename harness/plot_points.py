@@ -106,7 +106,8 @@ def wilson_interval(p: float, n: float, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # the interval always holds p; rounding must not push its ends past p (at p = 0 or 1: a negative error bar)
+    return min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))
 
 
 def family_knobs(df: pd.DataFrame) -> list[str]:

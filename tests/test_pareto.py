@@ -366,3 +366,13 @@ def test_sweep_end_summary_survives_broken_runs(tmp_path, capsys):
     SweepSummary(subdir="again").on_multirun_end(config)
     out = capsys.readouterr().out
     assert "2 broken run(s)" in out and "no readable finished runs" in out
+
+
+@pytest.mark.parametrize("n", [12, 100, 200])
+def test_wilson_interval_holds_a_rate_of_zero_or_one(n):
+    """At p = 0 or 1 rounding once put the interval's end past p: a negative error bar that matplotlib refuses."""
+    from harness.plot_points import wilson_interval
+
+    for p in (0.0, 1.0):
+        lo, hi = wilson_interval(p, n)
+        assert lo <= p <= hi and 0.0 <= lo and hi <= 1.0
