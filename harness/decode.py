@@ -6,6 +6,8 @@
     -> a row whose canvas stopped commits it (re-encodes it into the cache) and starts the next canvas
        on the very next step; a row whose sequence ended (EOS / stop string / length) leaves the batch
        and its result is yielded at once, and a queued request takes its place.
+    (`sampler.verify`: the commit's forward also verifies the canvas against the same weights' AR mode, which
+     keeps the agreed prefix and the AR token after it: self-speculative / routed decoding, harness.canvas_verify)
 
 Rows are the cache's slot rows (`models.slot_cache`): admitting, committing and releasing a row write only its
 new K/V and move no other row's. A step computes rows 0 up to the highest one in flight; a freed row is
