@@ -29,10 +29,13 @@ import pandas as pd
 from scipy.stats import binomtest
 
 from harness.store import read_samples
-from samplers.config import EntropyBoundConfig
+from samplers.config import VERIFY_KNOBS, EntropyBoundConfig, SamplerConfig
 from samplers.knobs import NOT_KNOBS
 
 ALPHA = 0.05
+MISSING = object()
+# knobs added after runs were already stored: a run table without their column means the run used the default
+NEWER = (*VERIFY_KNOBS, "stream_after_stable")
 MARGIN = 0.02  # non-inferiority margin for `faster_not_worse`, in quality units (2 points on a 0..1 scale)
 SCORE = "correct"  # the per-sample score whose mean is `quality`
 BOOTSTRAP_RESAMPLES = 10_000
@@ -147,7 +150,13 @@ def matches_knobs(row: Mapping[str, Any], knobs: Mapping[str, Any], ignore: Iter
     skip = set(ignore)
     if "name" not in skip and row.get("sampler") != knobs.get("name"):
         return False
-    return all(_same(row.get(f"sampler.{k}"), v) for k, v in knobs.items() if k != "name" and k not in skip)
+    defaults = asdict(SamplerConfig())  # a run recorded before a knob existed ran with its default
+
+    def value(k: str) -> Any:
+        v = row.get(f"sampler.{k}", MISSING)
+        return defaults.get(k) if v is MISSING or (isinstance(v, float) and np.isnan(v) and k in NEWER) else v
+
+    return all(_same(value(k), v) for k, v in knobs.items() if k != "name" and k not in skip)
 
 
 def add_dominance(

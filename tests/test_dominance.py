@@ -153,3 +153,17 @@ def test_faster_and_not_worse_needs_a_margin_with_confidence(tmp_path):
     assert table.at["same_faster", "p_not_worse"] < 0.05 and table.at["same_faster", "not_worse_margin"] == 0.02
     text = describe(table.reset_index())
     assert "1 faster setting(s) lose less than 0.02 quality" in text and "same_faster:" in text
+
+
+def test_runs_stored_before_a_knob_existed_still_match_the_default():
+    """A run table mixing old runs (no `sampler.verify` / `stream_after_stable` columns, or NaN there) with new
+    ones: the old default run is still the default, and a verifying run is not."""
+    import math
+
+    from harness.dominance import NEWER, default_knobs, matches_knobs
+
+    knobs = default_knobs()
+    old = {"sampler": knobs["name"], **{f"sampler.{k}": v for k, v in knobs.items() if k != "name" and k not in NEWER}}
+    assert matches_knobs(old, knobs)
+    assert matches_knobs({**old, **{f"sampler.{k}": math.nan for k in NEWER}}, knobs)
+    assert not matches_knobs({**old, "sampler.verify": "always"}, knobs)
