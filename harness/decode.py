@@ -201,7 +201,6 @@ class BlockDiffusionDecoder:
         history = torch.full((cfg.stability_steps, 0, c), -1, dtype=torch.long, device=dev)
         logits = _Logits(c, v, dev, model.dtype if self.fused else None)
         verifying_on = cfg.verify != "off"
-        pins = torch.empty(0, dtype=torch.long, device=dev)  # verification: each row's position-0 token, -1: none
         sample = fused_sampling(logits.sc) if self.fused else torch_sampling(self._draw)
         sc_rows: list[bool] = []
         exhausted = False
@@ -227,13 +226,11 @@ class BlockDiffusionDecoder:
                     rows += [None] * extra
                     sc_rows += [False] * extra
                     canvas = torch.cat([canvas, torch.zeros((extra, c), dtype=torch.long, device=dev)])
-                    pins = torch.cat([pins, torch.full((extra,), -1, dtype=torch.long, device=dev)])
                     history = torch.cat([history, torch.full((cfg.stability_steps, extra, c), -1, device=dev)], 1)
                     if stable is not None:
                         stable.grow(extra)
                 idx = torch.tensor(at, device=dev)
                 canvas = canvas.index_copy(0, idx, self._init_canvas(new))
-                pins = pins.index_fill(0, idx, -1)
                 history = history.index_fill(1, idx, -1)
                 if stable is not None:
                     stable.reset(idx)
@@ -246,7 +243,7 @@ class BlockDiffusionDecoder:
             while exhausted and (move := _packing_move(rows)):
                 src, dst = move
                 state = model.move(state, src, dst)
-                canvas[dst], history[:, dst], pins[dst] = canvas[src], history[:, src], pins[src]
+                canvas[dst], history[:, dst] = canvas[src], history[:, src]
                 if stable is not None:
                     stable.move(src, dst)
                 if sc_rows[src]:
@@ -281,9 +278,9 @@ class BlockDiffusionDecoder:
                 x = model.denoise(state, canvas[:b], masks, sc, sc_rows[:b], out=logits.raw[:b])
                 out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas[:b], history[:, :b], v)
             if verifying_on:  # a pinned position 0 keeps its (already emitted) AR token
-                pinned = pins[:b] >= 0
-                out.canvas[:, 0] = torch.where(pinned, pins[:b], out.canvas[:, 0])
-                out.argmax[:, 0] = torch.where(pinned, pins[:b], out.argmax[:, 0])
+                pin = torch.tensor([-1 if r is None or r.pin is None else r.pin for r in rows[:b]], device=dev)
+                out.canvas[:, 0] = torch.where(pin >= 0, pin, out.canvas[:, 0])  # host-known, as the keys
+                out.argmax[:, 0] = torch.where(pin >= 0, pin, out.argmax[:, 0])
             canvas[:b], history[:, :b] = out.canvas, out.history
             parts = [out.finished.long()[:, None], out.kept[:, None], out.argmax]
             if cfg.capture_trajectory:  # the accepted mask rides in the same read
@@ -364,9 +361,6 @@ class BlockDiffusionDecoder:
                 idx = torch.tensor(committing, device=dev)
                 fresh = [rows[i] for i in committing]
                 canvas = canvas.index_copy(0, idx, self._init_canvas(fresh))
-                if verifying_on:
-                    pin = torch.tensor([-1 if r.pin is None else r.pin for r in fresh], device=dev)
-                    pins = pins.index_copy(0, idx, pin)
                 history = history.index_fill(1, idx, -1)
                 if stable is not None:  # the next canvas: nothing of it is stable yet
                     stable.reset(idx)

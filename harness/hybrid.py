@@ -36,6 +36,11 @@ COLUMNS = [
 ]
 
 
+def family_of_hybrid(label: str, verify: object) -> str:
+    """A hybrid run's family on the fronts and in the tables: `self-speculative`, or one per routing rule."""
+    return f"routed ({verify})" if label == "routed" else label
+
+
 def _reference(g: pd.DataFrame, label: str) -> pd.Series | None:
     runs = g[g["label"] == label]
     if label == "diffusion":
@@ -61,8 +66,7 @@ def hybrid_table(table: pd.DataFrame) -> pd.DataFrame:
         for _, run in g[g["label"].isin(HYBRID_LABELS)].iterrows():
             samples = read_samples(run["run_dir"])
             row = {c: run.get(c) for c in ("run_name", "quality", "tpf", "mean_accepted_per_verify")}
-            family = "routed (" + str(run.get("sampler.verify")) + ")" if run["label"] == "routed" else run["label"]
-            row.update(eval=ev, family=family)
+            row.update(eval=ev, family=family_of_hybrid(run["label"], run.get("sampler.verify")))
             row["verified_canvas_share"] = run.get("verified_canvas_share")
             for key, ref in refs.items():
                 if ref is None:

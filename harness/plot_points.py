@@ -27,6 +27,7 @@ import pandas as pd
 
 from harness.aggregate import SAMPLER_PREFIX
 from harness.dominance import default_knobs, matches_knobs
+from harness.hybrid import family_of_hybrid
 from samplers.knobs import NOT_KNOBS, label_part
 
 KIND_NAMES = {
@@ -70,7 +71,7 @@ def family_of(row: pd.Series | dict[str, Any]) -> str:
     """The family key of a run: its sampler (+remask) for diffusion, its decoder kind for a baseline."""
     label = row.get("label")
     if label == ROUTED:  # one family per routing rule: `routed (steps)`
-        return f"{ROUTED} ({row.get(f'{SAMPLER_PREFIX}verify')})"
+        return family_of_hybrid(label, row.get(f"{SAMPLER_PREFIX}verify"))
     if label != "diffusion":
         return str(label)
     name = str(row.get("sampler") or "diffusion")
