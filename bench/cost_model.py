@@ -70,7 +70,7 @@ REPORT = {
 PARTS = ("attention", "moe", "mlp", "lm_head", "selfcond", "sampler", "cache", "encode", "other")
 FIELDS = ("flops", "weights", "kv", "kvcopy", "logits", "act", "kernels", "views", "ops", "act_mm", "logits_mm")
 BYTES = ("weights", "kv", "kvcopy", "logits", "act")
-DIFFUSION = ("current", "per_row", "planned", "fused", "generate", "floor")
+DIFFUSION = ("current", "compiled", "per_row", "planned", "fused", "generate", "floor")
 AR = ("ar_same", "ar_gemma4", "ar_mtp", "ar_floor")
 VARIANTS = DIFFUSION + AR
 
@@ -132,6 +132,10 @@ class Shapes:
             held_r = self.held(context, kind == "sliding")
             for extra in (0, 1, c, 2 * c):
                 out[held_t + extra] = held_r + extra
+            if kind == "sliding":  # a slot cache's ring (window - 1 + canvas) holds the twin's whole context: a
+                ring = self.real["sliding_window"] - 1 + self.real["canvas_length"]  # forward attends its slots
+                for extra in (0, 1):
+                    out.setdefault(self.twin["context"] + extra, min(context + extra, ring))
         return out
 
     def ctx_dims(self) -> set[int]:
@@ -166,7 +170,8 @@ def op_cost(rec: dict, shapes: Shapes, context: int, wmap: dict[int, int], cmaps
     if kind == "view":
         cost["views"] = 1
         return {"cost": cost, "experts": experts, "params": params, "embed_rows": 0}
-    cost["kernels"] = 1
+    cost["kernels"] = rec.get("launch", 1)
+    mem_in, mem_out = rec.get("mem_in", [1] * len(ins)), rec.get("mem_out", [1] * len(outs))
     mats = [s for s, _, _, _ in ins if len(s) >= 2]
     if kind == "mm" and len(mats) >= 2:
         a, b = mats[-2], mats[-1]
@@ -182,7 +187,7 @@ def op_cost(rec: dict, shapes: Shapes, context: int, wmap: dict[int, int], cmaps
     vocab = shapes.real["vocab_size"]
     cat = "kvcopy" if rec["kvcopy"] else None
     for i, (s, b, role, p) in enumerate(ins):
-        n = float(_numel(s) * b)
+        n = float(_numel(s) * b) * mem_in[i]  # 0: read inside a fused kernel (`bench.fusion`)
         if role == "x" and kind == "gmm":  # expert weights: what the tokens touch, added by the caller
             experts.append((n, rec["tokens_per_row"]))
         elif role in ("w", "e"):
@@ -199,8 +204,8 @@ def op_cost(rec: dict, shapes: Shapes, context: int, wmap: dict[int, int], cmaps
             cost["logits"] += n
         else:
             cost["act"] += n
-    for s, b in outs:
-        n = float(_numel(s) * b)
+    for (s, b), m in zip(outs, mem_out, strict=True):
+        n = float(_numel(s) * b) * m
         cost[cat or ("logits" if s and s[-1] == vocab else "act")] += n
     if kind in ("mm", "gmm", "sdpa"):  # what stays when every elementwise op is fused into these kernels
         cost["act_mm"], cost["logits_mm"] = cost["act"], cost["logits"]
@@ -366,7 +371,19 @@ class Model:
     def _bytes(f: dict) -> float:
         return sum(f.get(k, 0.0) for k in BYTES)
 
-    def finish(self, gpu: GPU, parts: dict, dispatch_s: float, meta: dict, tokens_per_step: float, floor=None):
+    def finish(
+        self,
+        gpu: GPU,
+        parts: dict,
+        dispatch_s: float,
+        meta: dict,
+        tokens_per_step: float,
+        floor=None,
+        overlap: bool = False,
+    ):
+        """Per-part roofline times and the step. `dispatch_s`: host time to launch the step's kernels. `overlap`
+        (eager code): launches are asynchronous, so the host enqueues ahead of the GPU until the step's one read
+        of its result, and the step takes the longer of the two; otherwise (a graph launch) the host time adds."""
         out_parts = {}
         for name in PARTS:
             f = parts.get(name)
@@ -384,11 +401,13 @@ class Model:
             gpu_ms = sum(p["ms"] for p in out_parts.values())
         else:  # the whole step as one roofline: FLOPs and bytes overlap across parts
             gpu_ms = gpu.ms(floor["flops"], floor["bytes"])
-        total = gpu_ms + 1e3 * dispatch_s
+        exposed = max(0.0, dispatch_s - gpu_ms / 1e3) if overlap else dispatch_s
+        total = gpu_ms + 1e3 * exposed
         return {
             "parts": out_parts,
             "gpu_ms": gpu_ms,
-            "dispatch_ms": 1e3 * dispatch_s,
+            "host_ms": 1e3 * dispatch_s,
+            "dispatch_ms": 1e3 * exposed,
             "total_ms": total,
             "tokens_per_step": tokens_per_step,
             "tokens_per_s": tokens_per_step / (total / 1e3) if total > 0 else float("inf"),
@@ -477,6 +496,50 @@ class Model:
     def _v_current(self, gpu: GPU, b: int, context: int) -> dict:
         return self._current(gpu, b, context, per_row=False)
 
+    def _commit_compiled(self, b: int, context: int) -> tuple[dict, dict]:
+        """`model.compile=step`'s commits, per step: a commit event (some of the b rows stop, each with probability
+        TPF / C per step, independently) re-encodes them as one graph over the power-of-two bucket of their count
+        (`harness.commit_graph`: padding rows included, their K/V gathered once per layer), fitted from the traced
+        graph at 1 and 2 rows. Expected over the binomial count of committing rows."""
+        from models.slot_cache import bucket
+
+        p = 1.0 / self.steps_per_canvas()
+        probs = {k: math.comb(b, k) * p**k * (1.0 - p) ** (b - k) for k in range(1, b + 1)}
+        events = sum(probs.values())
+        rows = sum(q * bucket(k) for k, q in probs.items()) / events  # mean bucket of an event
+        fitted = self.fit("commit_graph", context, rows)
+        kernels = sum(f.get("kernels", 0.0) for f in fitted.values())  # per event
+        fitted = {name: {f: v * events for f, v in fp.items()} for name, fp in fitted.items()}
+        ex = self.expert_bytes("commit_graph", "1", context, rows)
+        fitted.setdefault("encode", {f: 0.0 for f in FIELDS})["weights"] += events * ex
+        meta = {"commit_events_per_step": events, "commit_bucket_rows": rows, "commit_graph_kernels": kernels}
+        return fitted, meta
+
+    def _v_compiled(self, gpu: GPU, b: int, context: int) -> dict:
+        """The engine with `model.compile=step` on CUDA (`mode="reduce-overhead"`): the whole step's graph as
+        traced (`harness.step_graph`, fit of B = 1 and 2) over its power-of-two bucket of rows, its elementwise
+        ops fused by inductor's rules (`bench.fusion`), replayed as one CUDA graph; full layers attend every slot
+        of the cache (the capacity: context + canvas here). Commits are graphs too (`_commit_compiled`): one more
+        launch per commit event."""
+        from models.slot_cache import bucket
+
+        rows = bucket(b)
+        parts = self.fit("whole_step", context, rows)
+        parts.setdefault("moe", {f: 0.0 for f in FIELDS})["weights"] += self.expert_bytes(
+            "whole_step", "1", context, rows
+        )
+        graph_kernels = sum(p.get("kernels", 0) for p in parts.values())
+        commit, meta = self._commit_compiled(b, context)
+        for name, f in commit.items():
+            self._add(parts, "cache" if name == "cache" else "encode", f)
+        a1 = self.agg("whole_step", "1", context)
+        meta["weight_reads"] = {k: len(a1["embed"].get(k, [])) for k in ("lm_head", "selfcond")}
+        meta["bucket_rows"] = rows
+        meta["kernels"] = graph_kernels
+        dispatch = self._graph_dispatch(gpu, graph_kernels)
+        dispatch += meta["commit_events_per_step"] * self._graph_dispatch(gpu, meta["commit_graph_kernels"])
+        return self.finish(gpu, parts, dispatch, meta, b * self.knobs.tpf, None)
+
     def _v_per_row(self, gpu: GPU, b: int, context: int) -> dict:
         """What-if: the engine before `models.logits_blocks`, the LM head and the self-conditioning matmul once
         per batch row and per 64 MiB block of float32 logits (64 positions at V = 262,144): 2 x B x 4 weight
@@ -506,9 +569,9 @@ class Model:
         meta["kernels"] = sum(p.get("kernels", 0) for p in parts.values())
         meta["ops"] = sum(p.get("ops", 0) for p in parts.values())
         c = self.real["canvas_length"]
-        return self.finish(gpu, parts, self._eager_dispatch(gpu, parts), meta, b * self.knobs.tpf, None) | {
-            "canvas_tokens": b * c
-        }
+        return self.finish(
+            gpu, parts, self._eager_dispatch(gpu, parts), meta, b * self.knobs.tpf, None, overlap=True
+        ) | {"canvas_tokens": b * c}
 
     def _planned_parts(self, b: int, context: int) -> tuple[dict, dict]:
         ctx_eff = max(1, round(context * (1.0 - self.knobs.spread * (b - 1) / (2 * b))))
@@ -580,7 +643,10 @@ class Model:
         }
         slim["selfcond"]["weights"] = max(0.0, slim["selfcond"]["weights"] - self.profile["embed_bytes"])
         slim["cache"] = {"flops": 0.0, "act": new_kv}
-        meta = {"weight_reads": {"lm_head": 1, "selfcond": 0}, "kernels": 1}
+        # the same bytes and FLOPs with each part at its own roofline, one after another (one stream, no overlap
+        # of a compute-bound part with a memory-bound one)
+        serial = sum(gpu.ms(p.get("flops", 0.0), self._bytes(p)) for p in slim.values())
+        meta = {"weight_reads": {"lm_head": 1, "selfcond": 0}, "kernels": 1, "serial_ms": serial}
         return self.finish(gpu, slim, self._graph_dispatch(gpu, 0), meta, b * self.knobs.tpf, floor)
 
     def _v_generate(self, gpu: GPU, b: int, context: int) -> dict:
@@ -601,7 +667,7 @@ class Model:
             "kernels": sum(p.get("kernels", 0) for p in parts.values()),
             "ops": sum(p.get("ops", 0) for p in parts.values()),
         }
-        return self.finish(gpu, parts, self._eager_dispatch(gpu, parts), meta, b * self.knobs.tpf, None)
+        return self.finish(gpu, parts, self._eager_dispatch(gpu, parts), meta, b * self.knobs.tpf, None, overlap=True)
 
     # -- AR
     def _ar(self, gpu: GPU, b: int, context: int, trace: str, tokens: int, tpf: float) -> dict:
@@ -618,7 +684,7 @@ class Model:
             trace, key, context, b * tokens
         )
         meta = {"kernels": sum(p.get("kernels", 0) for p in fitted.values()), "tpf": tpf}
-        return self.finish(gpu, fitted, self._eager_dispatch(gpu, fitted), meta, b * tpf, None)
+        return self.finish(gpu, fitted, self._eager_dispatch(gpu, fitted), meta, b * tpf, None, overlap=True)
 
     def _v_ar_same(self, gpu: GPU, b: int, context: int) -> dict:
         """One AR token of the DiffusionGemma weights (the adapter's causal encoder + LM head, eager)."""

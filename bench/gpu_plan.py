@@ -4,8 +4,10 @@ Predicts, per denoising step and per part (attention, MoE experts, shared dense 
 self-conditioning, sampler, cache maintenance, re-encoding of committed canvases, other, host dispatch),
 the FLOPs, bytes and time on an H100 / H200 / A100 at B = 1, 8, 32, 64 and 1k / 8k / 32k contexts, for:
 
-- `current`  the engine as the code runs today (`models.diffusion_gemma.DiffusionGemmaAdapter.denoise`,
+- `current`  the engine as the code runs by default (`models.diffusion_gemma.DiffusionGemmaAdapter.denoise`,
              `commit`, `harness.decode`'s sampler step with the fused kernel): eager, every op dispatched;
+- `compiled` the engine with `model.compile=step` (`harness.step_graph`, `harness.commit_graph`): the graphs as
+             traced, fused by inductor's rules (`bench.fusion`), each replayed as one CUDA graph;
 - `planned`  weights read once per step, one CUDA-graph launch, only new K/V written, attention reading
              each row's real context at its real K/V heads, commits folded into the step's forward;
 - `per_row`  what-if: the LM head and self-conditioning per row and per 64 MiB block (the engine before
@@ -32,6 +34,8 @@ it ran in and its tensor shapes (`bench.cost_model` rescales them to the real wi
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import re
 import time
 from collections import Counter
@@ -44,6 +48,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from bench.common import OUT_DIR, write_json
 from bench.cost_model import AR, DIFFUSION, GPU, GPUS, PARTS, REPORT, Knobs, Model, gpu_spec
+from bench.fusion import fuse, totals
 
 # The twin: every dimension that sets op counts or per-op shapes at real scale is the released one (layers and
 # their 5:1 pattern, experts and top-k, heads, K/V heads, head dims, vocabulary, canvas); the widths that only
@@ -61,6 +66,9 @@ NO_KERNEL = {
     "aten.lift_fresh.default",
 }
 NEVER_STOP = 1e-30
+# in-place scatters into a buffer (the K/V slots): they read the source and the index, and write the source's size
+SCATTER = re.compile(r"aten\.(index_put_|_index_put_impl_|index_copy_|scatter_)\.")
+SCATTER_SOURCE = {"index_put_": 2, "_index_put_impl_": 2, "index_copy_": 3, "scatter_": 3}
 
 
 # ---------------------------------------------------------------------------------------------- twin models
@@ -224,11 +232,18 @@ class _Recorder(TorchDispatchMode):
         )
         name = str(func)
         inputs = list(args)
-        if name.startswith("aten.copy_"):
+        scatter = SCATTER.match(name)
+        if name.startswith("aten.copy_") or scatter:
             inputs = inputs[1:]  # the destination is written, not read
         leaves = tree_leaves((inputs, {k: v for k, v in kwargs.items() if k != "out"}))
-        ins = [self._tensor(t) for t in leaves if isinstance(t, torch.Tensor)]
-        outs = [(tuple(t.shape), t.element_size()) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+        ins = [self._tensor(t) for t in tensors]
+        results = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        outs = [(tuple(t.shape), t.element_size()) for t in results]
+        if scatter:  # an in-place scatter writes what it scatters, not its whole destination
+            src = args[SCATTER_SOURCE[scatter.group(1)]]
+            src = src if isinstance(src, torch.Tensor) else args[2]  # scatter_.value: one value per index
+            outs = [(tuple(src.shape), args[0].element_size())]
         self.ops.append(
             {
                 "op": name,
@@ -238,9 +253,18 @@ class _Recorder(TorchDispatchMode):
                 "segment": self.modules.segment,
                 "ins": ins,
                 "outs": outs,
+                "rd": [_storage(t) for t in tensors],  # which storage each tensor lives in (`bench.fusion`)
+                "wr": [_storage(t) for t in results],
             }
         )
         return out
+
+
+def _storage(t: torch.Tensor) -> int | None:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def _shape_only(func, args, kwargs):
@@ -285,7 +309,7 @@ def _part(path: str, phase: str, pre: str) -> str:
         return "lm_head"
     if ".layers." in path or path.endswith("norm") or "embed" in path:
         return "other"
-    return {"pre": pre, "body": "other", "head": "lm_head", "post": "sampler"}[phase]
+    return {"pre": pre, "body": "other", "head": "lm_head", "post": "sampler", "masks": "attention"}[phase]
 
 
 def compact(
@@ -317,6 +341,7 @@ def compact(
         elif mode == "commit":
             part = "encode" if op["path"] else "cache"
         tokens = op["ins"][0][0][0] / top_k / rows if op["kind"] == "gmm" else 0.0
+        fused = (tuple(op["mem_in"]), tuple(op["mem_out"]), op["launch"]) if "launch" in op else None
         key = (
             op["op"],
             part,
@@ -326,6 +351,7 @@ def compact(
             tokens,
             tuple(op["ins"]),
             tuple(op["outs"]),
+            fused,
         )
         merged[key] += 1
     return [
@@ -339,9 +365,33 @@ def compact(
             "ins": [list(x) for x in k[6]],
             "outs": [list(x) for x in k[7]],
             "count": n,
+            **({} if k[8] is None else {"mem_in": list(k[8][0]), "mem_out": list(k[8][1]), "launch": k[8][2]}),
         }
         for k, n in merged.items()
     ]
+
+
+@contextlib.contextmanager
+def _in_phase(mods: _Modules, obj, attr: str, phase: str):
+    """While it is patched, a call of obj.attr sets the phase (and restores the one before when it returns)."""
+    original, own = getattr(obj, attr), attr in vars(obj)  # a module's function, or a method of a class
+
+    @functools.wraps(original)
+    def call(*a, **k):
+        before, mods.phase = mods.phase, phase
+        try:
+            return original(*a, **k)
+        finally:
+            mods.phase = before
+
+    setattr(obj, attr, call)
+    try:
+        yield
+    finally:
+        if own:
+            setattr(obj, attr, original)
+        else:
+            delattr(obj, attr)
 
 
 class Tracer:
@@ -355,14 +405,31 @@ class Tracer:
         self.params, _ = _param_roles(root)
 
     @torch.no_grad()
-    def run(self, fn, rows: int, segment_module=None, segment: int | None = None, **compact_kw) -> dict[str, Any]:
+    def run(
+        self,
+        fn,
+        rows: int,
+        segment_module=None,
+        segment: int | None = None,
+        fused: bool = False,
+        phases: tuple = (),
+        **compact_kw,
+    ) -> dict[str, Any]:
+        """`fused`: the call is a compiled graph's function: mark what its fused kernels move (`bench.fusion`).
+        `phases`: (object, attribute, phase) triples: calls of object.attribute run in that phase (code outside
+        any module: the masks a graph builds, the sampler step after the LM head)."""
         t0 = time.perf_counter()
         mods = _Modules(self.root, segment_module)
         flop_counter = FlopCounterMode(display=False)
         rec = _Recorder(mods, self.params, self.compute)
-        with mods, rec, flop_counter:  # the counter sees each op first, then hands it down to the recorder
+        with mods, rec, flop_counter, contextlib.ExitStack() as stack:  # the counter sees each op first
+            for obj, attr, phase in phases:
+                stack.enter_context(_in_phase(mods, obj, attr, phase))
             fn()
         ops = rec.ops if segment is None else [o for o in rec.ops if o["segment"] >= segment]
+        fusion = None
+        if fused:
+            fusion = totals(fuse(ops))  # at the twin's shapes, comparable with inductor's count of the same graph
         twin_mm = 0
         for o in rec.ops:
             if o["kind"] == "mm":
@@ -386,6 +453,7 @@ class Tracer:
                 "embed_matmul_rows": embed,  # [part, rows covered] of each matmul with the tied embedding
                 "flop_counter_total": flop_counter.get_total_flops(),  # all ops of the call (mm/bmm/addmm counted)
                 "twin_mm_flops": twin_mm,  # the same matmuls by our formula (cross-check)
+                **({"fused_at_twin": fusion} if fusion else {}),
                 "seconds": time.perf_counter() - t0,
             },
         }
@@ -416,6 +484,96 @@ def trace_denoise(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
     raw = torch.empty(b, c, v, dtype=adapter.dtype)
     sc = torch.zeros(b, c, v, dtype=adapter.dtype)
     return tracer.run(lambda: adapter.denoise(state, canvas, masks, sc, [True] * b, out=raw), rows=b)
+
+
+def whole_step_call(adapter, b: int):
+    """`model.compile=step`'s graph function over b prefilled rows and its arguments (a steady-state step:
+    self-conditioning on every row). The cache holds exactly context + canvas slots per row: the graph's full
+    layers attend every slot, so its attention work follows the capacity (rows padded to the longest)."""
+    from harness.step_graph import WholeStep
+    from samplers.config import EntropyBoundConfig
+
+    v, c = adapter.vocab_size, adapter.canvas_length
+    state = adapter.open(b, c, positions=TWIN["context"] + c)
+    state = adapter.prefill(_prompts(b, TWIN["context"], v, seed=50 + b), state)
+    cfg = EntropyBoundConfig()
+    step = WholeStep(adapter, cfg, compile=False)
+    canvas = torch.randint(0, v, (b, c), generator=torch.Generator().manual_seed(b))
+    history = torch.full((cfg.stability_steps, b, c), -1, dtype=torch.long)
+    logits = torch.zeros(b, c, v)
+    keys = torch.tensor([list(range(b)), [0] * b, [3] * b], dtype=torch.long)
+    args = step.graph_args(state, canvas, history, logits, [True] * b, keys, cfg.temperatures(keys[2]))
+    return step, args
+
+
+def trace_whole_step(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
+    """One whole compiled step's graph function, run eagerly, its fused kernels marked (`bench.fusion`)."""
+    import harness.step_graph
+
+    step, args = whole_step_call(adapter, b)
+    phases = ((step._cache, "block_masks_at", "masks"), (harness.step_graph, "sampler_step", "post"))
+    return tracer.run(lambda: step.step(*args), rows=b, fused=True, phases=phases)
+
+
+def trace_commit_graph(adapter, tracer: Tracer, k: int) -> dict[str, Any]:
+    """`model.compile=step`'s commit graph (`harness.commit_graph.WholeCommit.encode`) over a bucket of k rows,
+    run eagerly, its fused kernels marked (`bench.fusion`); the cache as in `whole_step_call`."""
+    from harness.commit_graph import WholeCommit
+
+    v, c = adapter.vocab_size, adapter.canvas_length
+    state = adapter.open(k, c, positions=TWIN["context"] + c)
+    state = adapter.prefill(_prompts(k, TWIN["context"], v, seed=60 + k), state)
+    commit = WholeCommit(adapter, compile=False)
+    commit._cache = cache = state.cache
+    rows = list(range(k))
+    starts = [state.lengths[r] for r in rows]
+    highest = torch.tensor(cache.block_highest(rows, starts, c))
+    ids = torch.randint(3, v, (k, c), generator=torch.Generator().manual_seed(k))
+    args = (ids, torch.tensor(rows), torch.tensor(starts), highest, cache.keys, cache.values)
+    return tracer.run(lambda: commit.encode(*args), rows=k, fused=True, mode="commit")
+
+
+def inductor_check(layers: int = 6, vocab: int = HF_VOCAB, b: int = 1) -> dict[str, Any]:
+    """`bench.fusion`'s model of the compiled step against inductor's own schedule of the same graph, on a
+    `layers`-layer twin at a small vocabulary (the CPU compile takes about a minute): kernels and bytes moved,
+    both at the twin's shapes. Inductor's count is `torch._inductor.metrics` (its scheduler nodes' read and
+    write buffer sizes after fusion); its CPU schedule differs from its CUDA one in places (for example the
+    attention kernel's mask layout), so this bounds the model, it does not calibrate it."""
+    import logging
+
+    import torch._inductor.config as inductor_config
+    import torch._inductor.metrics as metrics
+    from torch._inductor.compile_fx import inductor_metrics_log
+
+    pattern = ["sliding_attention"] * (layers - 1) + ["full_attention"]  # the released pattern's first block
+    adapter = build_twin(vocab=vocab, text={"num_hidden_layers": layers, "layer_types": pattern})
+    text = adapter.config.text_config
+    layer_types = ["sliding" if t == "sliding_attention" else "full" for t in text.layer_types]
+    tracer = Tracer(adapter.model, layer_types, set(), text.top_k_experts)
+    model = trace_whole_step(adapter, tracer, b)["stats"]["fused_at_twin"]
+    step, args = whole_step_call(adapter, b)
+    level = inductor_metrics_log.level
+    inductor_metrics_log.setLevel(logging.INFO)  # what makes inductor count its buffers
+    metrics.reset()
+    torch._dynamo.reset()
+    try:
+        with inductor_config.patch(force_disable_caches=True), torch.no_grad():
+            torch.compile(step.step, fullgraph=True, dynamic=False)(*args)
+    finally:
+        inductor_metrics_log.setLevel(level)
+    nodes = [n for n, _ in metrics.nodes_num_elem]
+    kernels = sum(
+        type(n).__name__ != "NopKernelSchedulerNode" and type(getattr(n, "node", None)).__name__ != "MultiOutput"
+        for n in nodes
+    )
+    return {
+        "layers": layers,
+        "vocab": vocab,
+        "rows": b,
+        "model": model,
+        "inductor": {"kernels": kernels, "bytes": metrics.num_bytes_accessed},
+        "bytes_ratio": model["bytes"] / max(1, metrics.num_bytes_accessed),
+    }
 
 
 def trace_sampler(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
@@ -515,9 +673,9 @@ def build_twins() -> dict[str, Any]:
 
 
 def build_profile(verbose: bool = False, compute: bool = False, twins: dict | None = None) -> dict[str, Any]:
-    """Trace every step kind once on the twins (about 15 s on 2 idle CPU cores, most of it building them).
-    `compute`: run the matmul and attention kernels too (same records, slower; by default their outputs are
-    zeros of the right shape). `twins`: from `build_twins()`, to reuse them."""
+    """Trace every step kind once on the twins (1-2 minutes on 2 idle CPU cores, most of it the whole step at the
+    real vocabulary). `compute`: run the matmul and attention kernels too (same records, slower; by default
+    their outputs are zeros of the right shape). `twins`: from `build_twins()`, to reuse them."""
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
     twins = twins or build_twins()
@@ -549,6 +707,7 @@ def build_profile(verbose: bool = False, compute: bool = False, twins: dict | No
     # the denoise step at the real vocabulary: how it blocks the LM head / self-conditioning depends on it
     traces["denoise"] = {str(b): trace_denoise(adapter, tracer, b) for b in (1, 3)}
     traces["sampler"] = {str(b): trace_sampler(adapter, tracer, b) for b in (1, 3)}
+    traces["whole_step"] = {str(b): trace_whole_step(adapter, tracer, b) for b in (1, 2)}  # buckets: powers of 2
     note("denoise")
     # the rest at a small vocabulary (rescaled): commits, AR steps and generate() do not block by it
     small = twins["small"]
@@ -558,6 +717,7 @@ def build_profile(verbose: bool = False, compute: bool = False, twins: dict | No
     traces["commit_part"] = {
         f"{b},{k}": trace_commit(small, stracer, b, k) | small_v for b, k in ((3, 1), (3, 2), (2, 1))
     }
+    traces["commit_graph"] = {str(k): trace_commit_graph(small, stracer, k) | small_v for k in (1, 2)}
     traces["ar_same"] = {str(b): trace_ar_same(small, stracer, b) | small_v for b in (1, 3)}
     note("commits, AR")
     traces["generate"] = {str(b): trace_generate(small, stracer, b) | small_v for b in (1, 3)}
@@ -722,8 +882,8 @@ def print_report(results: dict[str, Any], prof: dict[str, Any], knobs: Knobs) ->
             for r in b1:
                 v = r["variants"]
                 print(
-                    f"  ctx {_ctx_label(r['context']):>4}: diffusion current {v['current']['tokens_per_s']:.0f} / "
-                    f"planned {v['planned']['tokens_per_s']:.0f} / floor {v['floor']['tokens_per_s']:.0f} "
+                    f"  ctx {_ctx_label(r['context']):>4}: diffusion eager {v['current']['tokens_per_s']:.0f} / "
+                    f"compiled {v['compiled']['tokens_per_s']:.0f} / floor {v['floor']['tokens_per_s']:.0f} "
                     f"(report {REPORT['diffusion']['tok_s']:.0f}); AR same weights {v['ar_same']['tokens_per_s']:.0f}, "
                     f"Gemma 4 AR {v['ar_gemma4']['tokens_per_s']:.0f} / floor {v['ar_floor']['tokens_per_s']:.0f} "
                     f"(report {REPORT['ar']['tok_s']:.0f}); AR+MTP {v['ar_mtp']['tokens_per_s']:.0f} "
@@ -731,11 +891,13 @@ def print_report(results: dict[str, Any], prof: dict[str, Any], knobs: Knobs) ->
                 )
         goal = [r for r in res["rows"] if r["context"] == 8192 and r["batch"] in (1, 32)]
         for r in goal:
-            x, f = r["variants"]["planned"]["x_floor"], r["variants"]["fused"]["x_floor"]
+            v = r["variants"]
+            x, c = v["compiled"]["x_floor"], v["compiled"]
             print(
-                f"goal (planned within 15% of the floor) at B={r['batch']}, 8k: planned {x:.2f}x -> "
-                f"{'meets' if x <= 1.15 else 'misses'}; with elementwise ops fused {f:.2f}x -> "
-                f"{'meets' if f <= 1.15 else 'misses'}"
+                f"goal (our step within 15% of the floor) at B={r['batch']}, 8k: compiled {x:.2f}x -> "
+                f"{'meets' if x <= 1.15 else 'misses'} (eager {v['current']['x_floor']:.2f}x; its parts at their "
+                f"own rooflines, one kernel after another: {v['floor']['serial_ms'] / v['floor']['total_ms']:.2f}x; "
+                f"{c['commit_events_per_step']:.2f} commit graphs per step over {c['commit_bucket_rows']:.1f} rows)"
             )
     print("\nRoofline numbers are arithmetic, not measurements; `make gpu-check` measures on a GPU.")
 

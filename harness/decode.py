@@ -136,11 +136,14 @@ class BlockDiffusionDecoder:
         self.resumable = sampler.random_stream != "reference"
         self.why_not_resumable = "random_stream=reference draws from one global stream per run"
         # `model.compile=step`: one compiled graph per step and batch bucket (its draw is `draw_whole`, in the graph)
-        self._whole = None
-        if getattr(model, "whole_step", False):
+        self._whole = self._commit_graph = None
+        if getattr(model, "whole_step", False):  # and one compiled graph per commit bucket
+            from harness.commit_graph import WholeCommit
             from harness.step_graph import WholeStep
 
-            self._whole = WholeStep(model, sampler)
+            mode = "reduce-overhead" if model.device.type == "cuda" else None  # replayed as CUDA graphs there
+            self._whole = WholeStep(model, sampler, mode=mode)
+            self._commit_graph = WholeCommit(model, mode=mode)
         self.fused = self._whole is None and (
             sampler.draw == "fused" or (sampler.draw == "fast" and model.device.type == "cuda" and _triton())
         )
@@ -341,10 +344,15 @@ class BlockDiffusionDecoder:
             for i in committing:  # committed as drafted: the next canvas is drafted freely
                 rows[i].pin = rows[i].warm = None
             if committing and not verifying:
-                state = model.commit(state, out.argmax[committing], committing)
+                if self._commit_graph is None:
+                    state = model.commit(state, out.argmax[committing], committing)
+                else:  # the same re-encode as one compiled graph
+                    hidden = self._commit_graph(state, out.argmax[committing], committing)
+                    state = model.advance(state, committing, [c] * len(committing), hidden)
             elif verifying:  # one causal forward re-encodes every stopped canvas and verifies the drafts
                 both = committing + verifying
-                hidden = model.encode_canvas(state, out.argmax[both], both)
+                encode = model.encode_canvas if self._commit_graph is None else self._commit_graph
+                hidden = encode(state, out.argmax[both], both)
                 kept = [c] * len(committing)
                 kept += self._verified(state, out.argmax[verifying], hidden[len(committing) :], verifying, rows)
                 state = model.advance(state, both, kept, hidden)

@@ -90,6 +90,8 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     dtype_bytes = memory.dtype_bytes_of(str(cfg.model.get("dtype", "auto")), config)
     free = memory.free_memory_bytes(str(cfg.model.get("device", "cpu")))
     kwargs = {"prompt_tokens": prompt, "attn_implementation": cfg.model.get("attn_implementation") or "sdpa"}
+    if kind == DecoderKind.DIFFUSION and cfg.model.get("compile") == "step":
+        kwargs.update(whole_step=True, logits_factor=3.0)  # a bucket of rows; draw_whole's temporaries
     max_batch = len(items) if items else 1024
     if bs == "auto":
         bs = memory.largest_batch_that_fits(config, context, canvas, dtype_bytes, free, max_batch=max_batch, **kwargs)

@@ -32,12 +32,27 @@ from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.fast_draw import draw_whole
 
+# graphs one compiled function may hold: a graph per (bucket, cache capacity), up to 7 buckets (1..64 rows) times a
+# few capacities in a long run, and every instance of a class shares its function's graphs (dynamo's default: 8)
+GRAPHS_PER_FUNCTION = 64
+
+
+def allow_graphs() -> None:
+    """Raise dynamo's recompile limit to `GRAPHS_PER_FUNCTION` (never lower it): with `fullgraph=True` the limit
+    is a hard failure, not a fallback to eager."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, GRAPHS_PER_FUNCTION)
+
 
 class WholeStep:
     """One compiled denoising step per bucket over an adapter's model (`models.diffusion_gemma`) and a sampler.
 
     `compile=False` runs the same function eagerly (the reference the compiled graph is checked against);
-    `backend` / `mode` go to `torch.compile` (`mode="reduce-overhead"` on CUDA: CUDA graphs)."""
+    `backend` / `mode` go to `torch.compile`. `mode="reduce-overhead"` (what the engine asks for on CUDA) replays
+    the step as a CUDA graph: the buffers the graph reads and writes in place (the K/V slots, the logits workspace)
+    are marked as static addresses, so a replay copies neither in (the small canvas and history are), and the outputs
+    (small: canvas, argmax, flags, counts) are cloned out of the graph's memory pool before the next replay
+    overwrites it. On the CPU inductor runs the same graph without CUDA graphs (tested there; not yet on a GPU)."""
 
     def __init__(
         self,
@@ -54,7 +69,9 @@ class WholeStep:
         self.graphs = 0  # graphs compiled (one per bucket and cache capacity; a recompile counts)
         self.shapes: set[tuple[int, int]] = set()  # the (bucket, cache capacity) pairs run
         self.fn = self.step
+        self.static = compile and mode == "reduce-overhead"
         if compile:
+            allow_graphs()
             self.fn = torch.compile(self.step, fullgraph=True, dynamic=False, backend=backend, mode=mode)
 
     @torch.no_grad()
@@ -73,26 +90,40 @@ class WholeStep:
         `logits` (b, C, V) float32 is the workspace: read as the previous step's processed logits (rows with
         `sc_rows[i]`), written with this step's processed logits (the next step's self-conditioning input)."""
         b, c = canvas.shape
+        args = self.graph_args(state, canvas, history, logits, sc_rows, keys, temperature)
+        state.cache.note_writes(list(range(b)), state.lengths[:b], c)  # the graph writes the canvas K/V
+        self.shapes.add((b, state.cache.capacity))
+        stats = torch._dynamo.utils.counters["stats"]
+        before = stats["unique_graphs"]
+        if self.static:
+            for t in (logits, *state.cache.keys, *state.cache.values):  # canvas, history: small, copied in
+                torch._dynamo.mark_static_address(t, guard=True)  # a new address (the cache grew): a new graph
+            torch.compiler.cudagraph_mark_step_begin()
+        out = self.fn(*args)
+        if self.static:
+            out = tuple(t.clone() for t in out)
+        self.graphs += stats["unique_graphs"] - before
+        cache = state.cache
+        cache.bytes_written += sum(2 * b * k.shape[1] * c * k.shape[3] * k.element_size() for k in cache.keys)
+        return StepOutput(*out)
+
+    def graph_args(self, state, canvas, history, logits, sc_rows, keys, temperature) -> tuple:
+        """What the graph (`step`) gets for one step over rows 0..b-1 of `state`: the host's bookkeeping (lengths,
+        highest positions, flags) as device tensors, then the slot buffers."""
+        b, c = canvas.shape
         if b != bucket(b) or state.cache.rows < b:
             raise ValueError(f"a whole step runs a bucket of rows within the cache's {state.cache.rows}, got {b}")
         cache = self._cache = state.cache
         lengths = state.lengths[:b]
         highest = cache.block_highest(list(range(b)), lengths, c)
-        cache.note_writes(list(range(b)), lengths, c)  # the graph writes the canvas K/V after each context
-        self.shapes.add((b, cache.capacity))
         dev = canvas.device
         flags = torch.tensor(sc_rows, dtype=torch.bool, device=dev)
         starts = torch.tensor(lengths, dtype=torch.long, device=dev)
         top = torch.tensor(highest, dtype=torch.long, device=dev)
-        stats = torch._dynamo.utils.counters["stats"]
-        before = stats["unique_graphs"]
         if self._position_keys is None or self._position_keys.shape[0] != c:
             self._position_keys = streams.position_keys(c, dev)
         args = (canvas, history, logits, flags, starts, top, keys, temperature, self._position_keys)
-        out = self.fn(*args, cache.keys, cache.values)
-        self.graphs += stats["unique_graphs"] - before
-        cache.bytes_written += sum(2 * b * k.shape[1] * c * k.shape[3] * k.element_size() for k in cache.keys)
-        return StepOutput(*out)
+        return (*args, cache.keys, cache.values)
 
     def step(
         self,

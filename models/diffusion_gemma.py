@@ -294,17 +294,8 @@ class DiffusionGemmaAdapter:
         """transformers' `DiffusionGemmaDecoderModel.forward` after the input embeddings (rotary, layers, norm)."""
         dec = self.model.model.decoder
         text = self.config.text_config
-        rotary = {t: dec.rotary_emb(hidden, positions, t) for t in dec.unique_layer_types}
-        for i in range(text.num_hidden_layers):
-            t = text.layer_types[i]
-            hidden = self._layer_calls[i](
-                hidden,
-                position_embeddings=rotary[t],
-                attention_mask=masks[t],
-                position_ids=positions,
-                past_key_values=cache,
-            )
-        return dec.norm(hidden)
+        layers = self._layer_calls[: text.num_hidden_layers]
+        return run_layers(dec, layers, text.layer_types, hidden, positions, masks, cache)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -317,6 +308,22 @@ class DiffusionGemmaAdapter:
             "vocab_size": self.vocab_size,
             "parameters": sum(p.numel() for p in self.model.parameters()),
         }
+
+
+def run_layers(stack, layers, layer_types: list[str], hidden, positions, masks: dict, cache):
+    """What transformers' DiffusionGemma encoder and decoder forwards do after the input embeddings: rotary per
+    layer type, the layers (`layers[i]`, of type layer_types[i]) over `cache`, the final norm of `stack`."""
+    rotary = {t: stack.rotary_emb(hidden, positions, t) for t in stack.unique_layer_types}
+    for i, layer in enumerate(layers):
+        t = layer_types[i]
+        hidden = layer(
+            hidden,
+            position_embeddings=rotary[t],
+            attention_mask=masks[t],
+            position_ids=positions,
+            past_key_values=cache,
+        )
+    return stack.norm(hidden)
 
 
 def compile_mode(value: bool | str | None) -> str | None:

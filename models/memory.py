@@ -53,11 +53,13 @@ class MemoryEstimate:
     batch_size: int
     context_tokens: int
     phase: str  # the phase that peaks: "decode", "prefill" or "commit" (see `estimate_decode_peak`)
+    rows: int | None = None  # rows computed, where more than the batch (a compiled step's bucket)
 
     def describe(self) -> str:
         g = _gib
+        rows = f" (a compiled step computes {self.rows} rows)" if self.rows and self.rows != self.batch_size else ""
         return (
-            f"{g(self.total)} GiB peak at {self.phase} for batch_size={self.batch_size}, "
+            f"{g(self.total)} GiB peak at {self.phase} for batch_size={self.batch_size}{rows}, "
             f"context {self.context_tokens} tokens (weights {g(self.weights)} + KV cache {g(self.kv_cache)} "
             f"+ logits {g(self.logits)} + activations {g(self.activations)} GiB)"
         )
@@ -286,6 +288,7 @@ def estimate_decode_peak(
     prompt_tokens: int | None = None,
     attn_implementation: str = "sdpa",
     parameters: int | None = None,
+    whole_step: bool = False,
 ) -> MemoryEstimate:
     """Estimated peak bytes of decoding `batch_size` rows up to `context_tokens` (longest prompt + max new tokens).
 
@@ -305,6 +308,9 @@ def estimate_decode_peak(
       at once, with the workspace (1 U) allocated;
     - commit: a canvas re-encoded into its rows' slots (`COMMIT_KV_COPIES` more caches alive: none).
     `attn_implementation="eager"` adds materialised attention scores (large for long prompts).
+    `whole_step` (`model.compile=step`): a compiled step runs the power-of-two bucket of rows at or above the
+    batch (`models.slot_cache.bucket`; the padding rows are free rows it computes), so the cache, the logits
+    and the activations are those of the bucket; its draw is `draw_whole` (pass logits_factor=3).
     """
     if batch_size < 1 or context_tokens < 1:
         raise ValueError(f"batch_size and context_tokens must be >= 1, got {batch_size} and {context_tokens}")
@@ -313,6 +319,10 @@ def estimate_decode_peak(
     prompt = context_tokens if prompt_tokens is None else min(prompt_tokens, context_tokens)
     params = count_parameters(config) if parameters is None else parameters
     weights, b = params * dtype_bytes, batch_size
+    if whole_step:
+        from models.slot_cache import bucket
+
+        b = bucket(batch_size)
     row = c * tc.vocab_size * 4
     u = b * row
     kv = kv_cache_bytes(tc, b, context_tokens, c, dtype_bytes)
@@ -325,7 +335,8 @@ def estimate_decode_peak(
         "commit": (int(kv * (1 + COMMIT_KV_COPIES)), u, step),
     }
     name, (kv_p, logits_p, act_p) = max(phases.items(), key=lambda item: sum(item[1]))
-    return MemoryEstimate(weights, kv_p, logits_p, act_p, weights + kv_p + logits_p + act_p, b, context_tokens, name)
+    total = weights + kv_p + logits_p + act_p
+    return MemoryEstimate(weights, kv_p, logits_p, act_p, total, batch_size, context_tokens, name, b)
 
 
 # ---------------------------------------------------------------------------------------------- fitting

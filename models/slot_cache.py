@@ -177,6 +177,21 @@ class SlotCache:
             out[t] = _additive(seen, dtype)
         return out
 
+    def causal_masks_at(
+        self, positions: torch.Tensor, highest: torch.Tensor, dtype: torch.dtype, spans: dict[str, int]
+    ) -> dict[str, torch.Tensor]:
+        """`masks_for` from device tensors alone (the queries' positions (b, n), each row's highest position once
+        the forward has written (b,)), over `spans[t]` slots: pure tensor code, for a compiled commit's graph."""
+        out = {}
+        qp = positions[:, None, :, None]
+        for t, span in spans.items():
+            kp = slot_positions(highest, span, self.modulus(t))[:, None, None, :]
+            seen = (kp >= 0) & (kp <= qp)
+            if self.is_sliding_type(t):
+                seen = seen & (qp - kp < self.window)
+            out[t] = _additive(seen, dtype)
+        return out
+
     # --- transformers' Cache interface (what the attention layers call) ------------------------------
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         """Write the forward's new K/V (b, heads, n, dim) into its rows' slots; return the K/V to attend over."""
@@ -201,11 +216,13 @@ class SlotCache:
         self.bytes_gathered += 2 * b * k.shape[1] * span * k.shape[3] * k.element_size()
         return k[self._rows, :, :span], v[self._rows, :, :span]
 
-    def canvas_slots(self, starts: torch.Tensor, n: int) -> CanvasSlots:
-        """The writes of a block of n positions after each row's context (rows 0..b-1, `starts` (b,) on the
-        device), as a cache object of pure tensor code that a compiled step creates inside its graph."""
+    def canvas_slots(self, starts: torch.Tensor, n: int, rows: torch.Tensor | None = None) -> CanvasSlots:
+        """The writes of a block of n positions after each row's context (rows 0..b-1, or slot rows `rows` (b,);
+        `starts` (b,) on the device), as a cache object of pure tensor code that a compiled graph creates inside."""
         pos = starts[:, None] + torch.arange(n, device=starts.device)
         slots = {t: torch.remainder(pos, self.ring) if self.is_sliding_type(t) else pos for t in set(self.layer_types)}
+        if rows is not None:
+            return RowSlots(self.keys, self.values, self.layer_types, slots, rows)
         return CanvasSlots(self.keys, self.values, self.layer_types, slots)
 
     def move(self, src: int, dst: int) -> None:
@@ -273,6 +290,23 @@ class CanvasSlots:
         k[rows, :, slots] = key_states.transpose(1, 2).to(k.dtype)
         v[rows, :, slots] = value_states.transpose(1, 2).to(v.dtype)
         return k[:b], v[:b]
+
+
+class RowSlots(CanvasSlots):
+    """A compiled commit's cache: writes the block's K/V into slot rows `rows` (b,) at `slots[t]` (b, n) and hands
+    back those rows' slots, gathered (one read of each committing row's K/V per layer; no other row is touched)."""
+
+    def __init__(self, keys: list, values: list, layer_types: list[str], slots: dict, rows: torch.Tensor):
+        super().__init__(keys, values, layer_types, slots)
+        self.rows = rows
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        slots = self.slots[self.layer_types[layer_idx]]
+        rows = self.rows[:, None].expand(slots.shape)
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k[rows, :, slots] = key_states.transpose(1, 2).to(k.dtype)
+        v[rows, :, slots] = value_states.transpose(1, 2).to(v.dtype)
+        return k[self.rows], v[self.rows]
 
 
 def slot_positions(highest: torch.Tensor, span: int, modulus: int) -> torch.Tensor:

@@ -270,6 +270,24 @@ def test_estimate_terms_and_phases(big):
     assert "GiB peak at" in e.describe() and "batch_size=8" in e.describe()
 
 
+def test_a_compiled_step_is_planned_at_its_bucket_of_rows(big):
+    """`model.compile=step` computes the power-of-two bucket at or above the batch: batch 5 costs what batch 8
+    costs (cache, logits, activations), and the message says so."""
+    cfg, params = big
+    five = estimate_decode_peak(cfg, 5, 4096, 256, 2, 3.0, prompt_tokens=512, parameters=params, whole_step=True)
+    eight = estimate_decode_peak(cfg, 8, 4096, 256, 2, 3.0, prompt_tokens=512, parameters=params)
+    assert (five.kv_cache, five.logits, five.activations, five.total) == (
+        eight.kv_cache,
+        eight.logits,
+        eight.activations,
+        eight.total,
+    )
+    assert five.batch_size == 5 and five.rows == 8
+    assert "batch_size=5 (a compiled step computes 8 rows)" in five.describe()
+    eager = estimate_decode_peak(cfg, 5, 4096, 256, 2, 3.0, prompt_tokens=512, parameters=params)
+    assert eager.total < five.total and "computes" not in eager.describe()
+
+
 def test_26b_shape_is_plausible_and_batch_32_does_not_fit_80gb(big):
     cfg, params = big
     assert abs(params - 25.2e9) / 25.2e9 < 0.15

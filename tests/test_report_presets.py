@@ -167,3 +167,28 @@ def test_batch_size_auto_plans_ar_models_too():
         cfg = _compose(f"model={model}", "batch_size=auto")
         ev = instantiate(cfg.eval)
         assert check(plan_batch_size(cfg, ev, instantiate(cfg.sampler), checked_items(ev))), model
+
+
+def test_a_compiled_step_is_planned_at_its_bucket(monkeypatch):
+    """`model.compile=step` runs a power-of-two bucket of rows with `draw_whole`: the memory check is asked for
+    that (whole_step, logits_factor 3); the eager default is not."""
+    from hydra.utils import instantiate
+
+    from harness.evaluate import checked_items
+    from harness.run import plan_batch_size
+    from models import memory
+
+    asked = []
+    check = memory.check_batch_fits
+
+    def recording(*a, **k):
+        asked.append(k)
+        return check(*a, **k)
+
+    monkeypatch.setattr(memory, "check_batch_fits", recording)
+    for overrides in (("model.compile=step",), ()):
+        cfg = _compose("model=tiny_diffusion", "batch_size=3", *overrides)
+        ev = instantiate(cfg.eval)
+        assert plan_batch_size(cfg, ev, instantiate(cfg.sampler), checked_items(ev)) == 3
+    assert (asked[0].get("whole_step"), asked[0].get("logits_factor")) == (True, 3.0)
+    assert "whole_step" not in asked[1] and "logits_factor" not in asked[1]
