@@ -30,11 +30,13 @@ Needs transformers >= 5.23 (DiffusionGemma); see docs/gpu_check.md to install it
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -94,6 +96,7 @@ class CheckConfig:
     generate_logits_factor: float = 8.0
     deadline_s: float = 480.0  # skip loop batch sizes projected to end past this wall time (the JSON says so)
     phases: list[str] = field(default_factory=lambda: list(PHASES))
+    plan: str = "outputs/bench/gpu_plan.json"  # `make gpu-plan`'s predictions, printed beside the measurements
 
     @classmethod
     def tiny_cpu(cls) -> CheckConfig:
@@ -342,6 +345,75 @@ def forward_costs(adapter, b: int, cfg: CheckConfig, fused: bool) -> dict[str, A
         }
     )
     return row
+
+
+# ---------------------------------------------------------------------------------------------- vs the plan
+
+PLAN_DENOISE_PARTS = ("attention", "moe", "mlp", "lm_head", "other")  # what `denoise_ms` runs
+PLAN_COLUMNS = ["part", "batch", "context", "plan_context", "measured_ms", "predicted_ms", "measured_over_predicted"]
+
+
+def plan_gpu(name: str | None) -> str | None:
+    """The cost model's GPU (`bench.cost_model.GPUS` key) for a CUDA device name, None for any other device."""
+    for key in ("h200", "h100", "a100"):
+        if name and key in name.lower():
+            return key
+    return None
+
+
+def versus_plan(payload: dict[str, Any], plan_path: str | Path) -> list[dict[str, Any]]:
+    """The measured parts beside `make gpu-plan`'s predictions (its JSON, written beforehand on any machine) for
+    this GPU: the forward (decoder + LM head, eager), self-conditioning (denoise_selfcond - denoise), one AR
+    token of the same weights, and the sampler step (the fused kernel: the plan's `sampler` part). The plan's
+    row at the same batch and the nearest context; its GPU-only part times (no host time)."""
+    path = Path(plan_path)
+    key = plan_gpu(payload.get("machine", {}).get("gpu"))
+    if key is None or not path.is_file():
+        return []
+    results = json.loads(path.read_text())["results"].get(key)
+    if not results:
+        return []
+
+    def plan_row(b: int, ctx: int):
+        rows = [r for r in results["rows"] if r["batch"] == b]
+        return min(rows, key=lambda r: abs(r["context"] - ctx)) if rows else None
+
+    def part_ms(variant: dict, parts) -> float:
+        return sum(variant["parts"][p]["ms"] for p in parts if p in variant["parts"])
+
+    out = []
+    for f in payload.get("forward", []):
+        r = plan_row(f["batch"], f["context"])
+        if r is None:
+            continue
+        cur, ar = r["variants"]["current"], r["variants"]["ar_same"]
+        pairs = {
+            "forward": (f["denoise_ms"], part_ms(cur, PLAN_DENOISE_PARTS)),
+            "selfcond": (f["denoise_selfcond_ms"] - f["denoise_ms"], part_ms(cur, ("selfcond",))),
+            "ar_token": (f["ar_token_ms"], ar["gpu_ms"]),
+        }
+        for part, (measured, predicted) in pairs.items():
+            out.append(_vs(part, f["batch"], f["context"], r["context"], measured, predicted))
+    for srow in payload.get("sampler", []):
+        r = plan_row(srow["batch"], 0)
+        if r is None or srow.get("fused_bf16_s") is None:
+            continue
+        predicted = part_ms(r["variants"]["current"], ("sampler",))
+        out.append(_vs("sampler", srow["batch"], None, r["context"], 1e3 * srow["fused_bf16_s"], predicted))
+    return out
+
+
+def _vs(part, b, ctx, plan_ctx, measured: float, predicted: float) -> dict[str, Any]:
+    ratio = measured / predicted if predicted > 0 else float("nan")
+    return {
+        "part": part,
+        "batch": b,
+        "context": ctx,
+        "plan_context": plan_ctx,
+        "measured_ms": measured,
+        "predicted_ms": predicted,
+        "measured_over_predicted": ratio,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- engine runs
@@ -758,6 +830,12 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     phase("sampler", sampler)
     phase("agreement", agreement)
     phase("loop", loops)
+    payload["versus_plan"] = versus_plan(payload, cfg.plan)
+    if payload["versus_plan"]:
+        say(f"measured vs predicted ({cfg.plan}; roofline, GPU time only):")
+        say(table(payload["versus_plan"], PLAN_COLUMNS))
+    elif plan_gpu(info.get("gpu")):
+        say(f"note: no cost-model plan at {cfg.plan} to compare with: run `make gpu-plan` first (any machine)")
     payload["complete"] = True
     payload["total_s"] = time.perf_counter() - t0
     if _cuda(cfg.device):
@@ -786,6 +864,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--phases", nargs="+", choices=PHASES, default=None)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 with --tiny, torch's otherwise)")
     p.add_argument("--out-dir", default=None)
+    p.add_argument("--plan", default=None, help="`make gpu-plan`'s JSON to compare with (default outputs/bench/)")
     a = p.parse_args(argv)
     cfg = CheckConfig.tiny_cpu() if a.tiny else CheckConfig()
     threads = a.threads or (1 if a.tiny else None)
@@ -804,6 +883,7 @@ def main(argv: list[str] | None = None) -> None:
         "memory_budget_gib",
         "deadline_s",
         "phases",
+        "plan",
     ):
         if getattr(a, key) is not None:
             setattr(cfg, key, getattr(a, key))

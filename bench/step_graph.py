@@ -95,10 +95,11 @@ def compare(adapter, b: int, repeats: int) -> dict[str, Any]:
     ref = eager()
     same_tokens = bool(torch.equal(got.canvas, ref.canvas) and torch.equal(got.argmax, ref.argmax))
     max_diff = float((c_logits - e_logits).abs().max())
+    measured = _side_by_side(eager, compiled, repeats)  # before `explain`, which compiles the step again
     explain = _explain(whole, c_state, c_canvas, c_hist, c_logits, keys, temperature, b)
     return {
         "batch": b,
-        **_side_by_side(eager, compiled, repeats),
+        **measured,
         "compile_s": compile_s,
         "graphs": whole.graphs,
         "graph_breaks": explain.graph_break_count,

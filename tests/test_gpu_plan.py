@@ -193,3 +193,22 @@ def test_cli_writes_json(prof, tmp_path, monkeypatch, capsys):
     assert "not measurements" in data["note"]
     p = gpu_plan.predict("h200", 32, 8192, "planned", prof)
     assert p["total_ms"] == pytest.approx(rows[1]["variants"]["planned"]["total_ms"])
+    # `make gpu-check` on an H200 prints its measured parts beside these predictions (none on another device)
+    from bench.gpu_check import PLAN_DENOISE_PARTS, versus_plan
+
+    measured = {
+        "forward": [
+            {"batch": 32, "context": 8000, "denoise_ms": 300.0, "denoise_selfcond_ms": 330.0, "ar_token_ms": 40}
+        ],
+        "sampler": [{"batch": 1, "fused_bf16_s": 0.002}],
+    }
+    assert versus_plan({**measured, "machine": {"gpu": None}}, out) == []
+    vs = {r["part"]: r for r in versus_plan({**measured, "machine": {"gpu": "NVIDIA H200"}}, out)}
+    assert set(vs) == {"forward", "selfcond", "ar_token", "sampler"}
+    cur = rows[1]["variants"]["current"]["parts"]
+    assert vs["forward"]["plan_context"] == 8192
+    assert vs["forward"]["predicted_ms"] == pytest.approx(sum(cur[k]["ms"] for k in PLAN_DENOISE_PARTS))
+    assert vs["selfcond"]["measured_ms"] == pytest.approx(30.0)
+    assert vs["selfcond"]["predicted_ms"] == pytest.approx(cur["selfcond"]["ms"])
+    assert vs["sampler"]["measured_ms"] == pytest.approx(2.0)
+    assert vs["ar_token"]["measured_over_predicted"] == pytest.approx(40 / rows[1]["variants"]["ar_same"]["gpu_ms"])
