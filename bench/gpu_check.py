@@ -70,7 +70,7 @@ FULL_TEXT = dict(
 # A mean entropy no real distribution goes below: the stop check runs every step but never fires, so every
 # contender of the loop-overhead runs makes the same number of forwards.
 NEVER_STOP = 1e-30
-PHASES = ("forward", "sampler", "agreement", "loop")
+PHASES = ("forward", "sampler", "agreement", "loop", "compiled")
 
 
 @dataclass
@@ -97,6 +97,7 @@ class CheckConfig:
     deadline_s: float = 480.0  # skip loop batch sizes projected to end past this wall time (the JSON says so)
     phases: list[str] = field(default_factory=lambda: list(PHASES))
     plan: str = "outputs/bench/gpu_plan.json"  # `make gpu-plan`'s predictions, printed beside the measurements
+    compiled_batches: list[int] = field(default_factory=lambda: [1, 8])  # `model.compile=step` vs eager, last
 
     @classmethod
     def tiny_cpu(cls) -> CheckConfig:
@@ -113,6 +114,7 @@ class CheckConfig:
             sampler_batches=[1, 2],
             sampler_repeats=1,
             deadline_s=600.0,
+            compiled_batches=[1],
         )
 
 
@@ -349,6 +351,19 @@ def forward_costs(adapter, b: int, cfg: CheckConfig, fused: bool) -> dict[str, A
 
 # ---------------------------------------------------------------------------------------------- vs the plan
 
+COMPILED_COLUMNS = [
+    "batch",
+    "eager_host_ops",
+    "compiled_host_ops",
+    "eager_ms",
+    "compiled_ms",
+    "speedup",
+    "compile_s",
+    "graphs",
+    "graph_breaks",
+    "max_logits_diff",
+    "same_tokens",
+]
 PLAN_DENOISE_PARTS = ("attention", "moe", "mlp", "lm_head", "other")  # what `denoise_ms` runs
 PLAN_COLUMNS = ["part", "batch", "context", "plan_context", "measured_ms", "predicted_ms", "measured_over_predicted"]
 
@@ -754,10 +769,13 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
             "engine_s": "BlockDiffusionDecoder(adapter, sampler).stream(requests, batch_size=b) to the last result",
             "bare_s": "the engine's prefill + denoise + commit calls (same counts, same logits buffers), no sampling",
             "generate_s": "model.generate() at the same batch, steps and canvases",
+            "compiled": "bench.step_graph.compare: one denoising step (self-conditioning, decoder, LM head, sampler) "
+            "eager (denoise + sampler_step) vs model.compile=step's graph (CUDA graphs on CUDA), host ops and ms",
         },
         "memory": plan,
         "forward": [],
         "loop": [],
+        "compiled": [],
         "agreement": None,
         "sampler": [],
         "phase_s": {},
@@ -829,7 +847,26 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     phase("forward", forwards)
     phase("sampler", sampler)
     phase("agreement", agreement)
+
+    def compiled():
+        """`model.compile=step`'s step (one graph per bucket; CUDA graphs on CUDA) vs the eager step: host ops, step
+        time, compile time, graphs and breaks, logits difference and tokens. Last: compiling the 26B step takes
+        minutes, so a batch is skipped once the deadline has passed."""
+        from bench import step_graph
+
+        mode = "reduce-overhead" if _cuda(cfg.device) else None
+        for b in cfg.compiled_batches:
+            if time.perf_counter() - t0 > cfg.deadline_s:
+                payload["skipped"].append(f"compiled batch {b}: past the {cfg.deadline_s:.0f}s deadline")
+                say(f"note: {payload['skipped'][-1]}")
+                continue
+            row = guarded(f"compiled batch {b}", lambda b=b: step_graph.compare(adapter, b, cfg.repeats, mode))
+            if row:
+                payload["compiled"].append({**row, "mode": mode})
+        say(table(payload["compiled"], COMPILED_COLUMNS))
+
     phase("loop", loops)
+    phase("compiled", compiled)
     payload["versus_plan"] = versus_plan(payload, cfg.plan)
     if payload["versus_plan"]:
         say(f"measured vs predicted ({cfg.plan}; roofline, GPU time only):")

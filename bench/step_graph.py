@@ -49,18 +49,19 @@ def host_ops(fn) -> int:
 
 
 def _setup(adapter, b: int, cfg):
-    c, v = adapter.canvas_length, adapter.vocab_size
+    c, v, dev = adapter.canvas_length, adapter.vocab_size, adapter.device
     prompts = [adapter.encode(PROMPTS[i % len(PROMPTS)] + str(i)) for i in range(b)]
     state = adapter.prefill(prompts, adapter.open(b, c), grow=2 * c)
-    torch.manual_seed(b)
-    keys = torch.tensor([[i for i in range(b)], [0] * b, [1] * b])
-    canvas = torch.randint(0, v, (b, c))
-    history = torch.full((cfg.stability_steps, b, c), -1)
-    logits = torch.randn(b, c, v)  # the previous step's processed logits: every row self-conditions
+    g = torch.Generator().manual_seed(b)
+    keys = torch.tensor([[i for i in range(b)], [0] * b, [1] * b], device=dev)
+    canvas = torch.randint(0, v, (b, c), generator=g).to(dev)
+    history = torch.full((cfg.stability_steps, b, c), -1, device=dev)
+    logits = torch.randn(b, c, v, generator=g).to(dev)  # the previous step's processed logits: all rows self-condition
     return state, canvas, history, logits, keys
 
 
-def compare(adapter, b: int, repeats: int) -> dict[str, Any]:
+def compare(adapter, b: int, repeats: int, mode: str | None = None) -> dict[str, Any]:
+    """One step eager vs compiled at batch b (`mode`: torch.compile's, e.g. "reduce-overhead" on CUDA)."""
     from harness.sampler_step import sampler_step, torch_sampling
     from harness.step_graph import WholeStep
     from samplers.config import EntropyBoundConfig
@@ -83,7 +84,7 @@ def compare(adapter, b: int, repeats: int) -> dict[str, Any]:
             cfg, eager_draw, x, temperature, adapter.softcap, keys, e_canvas, e_hist, adapter.vocab_size
         )
 
-    whole = WholeStep(adapter, cfg)
+    whole = WholeStep(adapter, cfg, mode=mode)
 
     def compiled():
         c_logits.copy_(start)
@@ -95,7 +96,7 @@ def compare(adapter, b: int, repeats: int) -> dict[str, Any]:
     ref = eager()
     same_tokens = bool(torch.equal(got.canvas, ref.canvas) and torch.equal(got.argmax, ref.argmax))
     max_diff = float((c_logits - e_logits).abs().max())
-    measured = _side_by_side(eager, compiled, repeats)  # before `explain`, which compiles the step again
+    measured = _side_by_side(eager, compiled, repeats, str(adapter.device))  # before `explain` compiles it again
     explain = _explain(whole, c_state, c_canvas, c_hist, c_logits, keys, temperature, b)
     return {
         "batch": b,
@@ -108,10 +109,10 @@ def compare(adapter, b: int, repeats: int) -> dict[str, Any]:
     }
 
 
-def _side_by_side(eager, compiled, repeats: int) -> dict[str, Any]:
-    """Host ops of one call each, then median wall times of interleaved calls."""
+def _side_by_side(eager, compiled, repeats: int, device: str = "cpu") -> dict[str, Any]:
+    """Host ops of one call each, then median wall times of interleaved calls (synchronised on CUDA)."""
     ops = {"eager": host_ops(eager), "compiled": host_ops(compiled)}
-    times = interleaved({"eager": eager, "compiled": compiled}, repeats=repeats)
+    times = interleaved({"eager": eager, "compiled": compiled}, repeats=repeats, device=device)
     return {
         "eager_host_ops": ops["eager"],
         "compiled_host_ops": ops["compiled"],

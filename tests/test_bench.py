@@ -96,7 +96,11 @@ def test_gpu_check_tiny_runs_the_full_script_on_cpu(tmp_path):
     assert saved["tiny"] is True and saved["complete"] is True and saved["skipped"] == []
     assert saved["build"]["parameters"] == payload["build"]["parameters"] > 0
     assert saved["engine_sampling"] == "torch draw_fast"  # CPU: the engine's torch path
-    assert set(saved["phase_s"]) == {"forward", "sampler", "agreement", "loop"}
+    assert set(saved["phase_s"]) == {"forward", "sampler", "agreement", "loop", "compiled"}
+    # model.compile=step's step vs the eager one, on the tiny model: one graph, no breaks, the same tokens
+    (step,) = saved["compiled"]
+    assert (step["batch"], step["graphs"], step["graph_breaks"], step["same_tokens"]) == (1, 1, 0, True)
+    assert 0 < step["compiled_host_ops"] < step["eager_host_ops"] and step["max_logits_diff"] < 1e-4
     mem = saved["memory"]
     assert mem["batches"] == [1, 2] and mem["generate_batches"] == [1, 2] and mem["notes"] == []
     assert mem["largest_batch_that_fits"] >= 8 and mem["agree_requests"] == 8
