@@ -137,16 +137,9 @@ class SlotCache:
 
     def masks_for(self, rows, query_positions, dtype, spans=None) -> dict[str, torch.Tensor]:
         """Causal masks for reading the slots of `rows` (spans: up to the longest row by default)."""
-        out = {}
-        qp = query_positions[:, None, :, None]
-        for t in set(self.layer_types):
-            span = spans[t] if spans else self.span(t, rows)
-            kp = self.key_positions(t, rows, span)[:, None, None, :]
-            seen = (kp >= 0) & (kp <= qp)
-            if self.is_sliding_type(t):
-                seen = seen & (qp - kp < self.window)
-            out[t] = _additive(seen, dtype)
-        return out
+        spans = {t: spans[t] if spans else self.span(t, rows) for t in set(self.layer_types)}
+        highest = torch.tensor([self.written[r] for r in rows], dtype=torch.long, device=self.device)
+        return self.causal_masks_at(query_positions, highest, dtype, spans)
 
     def block_masks(self, rows: list[int], lengths: list[int], n: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """Bidirectional masks (b, 1, 1, span) for a block of n positions after each row's context (a diffusion
