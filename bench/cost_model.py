@@ -14,7 +14,8 @@ part plus a per-row part). Expert weights are the exception: each grouped matmul
 tokens touch, 128 * (1 - (1 - 8/128)^tokens) of 128 (uniform routing) or a calibrated count.
 
 Time per part = max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth); a step is the sum over
-parts plus host dispatch. These are arithmetic predictions, not measurements.
+parts plus the host time its GPU work does not hide (eager launches overlap it; a CUDA graph's launch does not).
+These are arithmetic predictions, not measurements.
 """
 
 from __future__ import annotations

@@ -537,8 +537,8 @@ def inductor_check(layers: int = 6, vocab: int = HF_VOCAB, b: int = 1) -> dict[s
     """`bench.fusion`'s model of the compiled step against inductor's own schedule of the same graph, on a
     `layers`-layer twin at a small vocabulary (the CPU compile takes about a minute): kernels and bytes moved,
     both at the twin's shapes. Inductor's count is `torch._inductor.metrics` (its scheduler nodes' read and
-    write buffer sizes after fusion); its CPU schedule differs from its CUDA one in places (for example the
-    attention kernel's mask layout), so this bounds the model, it does not calibrate it."""
+    write buffer sizes after fusion). That counter charges a broadcast operand at its full iteration size, and its
+    CPU schedule differs from its CUDA one in places, so this bounds the model; it does not calibrate it."""
     import logging
 
     import torch._inductor.config as inductor_config
