@@ -299,6 +299,9 @@ class Knobs:
     experts_per_canvas: float | None = None  # None: uniform routing; 84: the report's count for one canvas
     spread: float = 0.0  # rows' contexts uniform in [ctx (1 - spread), ctx], the longest at ctx: planned/floor
     # attend each row's own (mean ctx (1 - spread (B - 1) / 2B)); current/generate pad every row to the longest
+    # slots the cache holds per row (a run reserves prompt + max_new_tokens at admission); None: just the context.
+    # `compiled` attends all of them (its full layers span the capacity), the eager engine only up to the longest row
+    capacity: int | None = None
 
 
 class Model:
@@ -526,6 +529,9 @@ class Model:
 
         rows = bucket(b)
         parts = self.fit("whole_step", context, rows)
+        held = max(context, self.knobs.capacity or 0)
+        if held != context:  # the graph's full layers attend every slot the cache holds
+            parts["attention"] = self.fit("whole_step", held, rows)["attention"]
         parts.setdefault("moe", {f: 0.0 for f in FIELDS})["weights"] += self.expert_bytes(
             "whole_step", "1", context, rows
         )
@@ -536,6 +542,7 @@ class Model:
         a1 = self.agg("whole_step", "1", context)
         meta["weight_reads"] = {k: len(a1["embed"].get(k, [])) for k in ("lm_head", "selfcond")}
         meta["bucket_rows"] = rows
+        meta["slots_attended"] = held
         meta["kernels"] = graph_kernels
         dispatch = self._graph_dispatch(gpu, graph_kernels)
         dispatch += meta["commit_events_per_step"] * self._graph_dispatch(gpu, meta["commit_graph_kernels"])

@@ -911,6 +911,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--tpf", type=float, default=REPORT["diffusion"]["tpf"])
     p.add_argument("--experts-per-canvas", type=float, default=None, help="calibrate routing (report: ~84)")
     p.add_argument("--spread", type=float, default=0.0, help="rows' contexts uniform in [ctx (1-spread), ctx]")
+    p.add_argument(
+        "--capacity", type=_parse_context, default=None, help="slots reserved per row (compiled attends all; 32k)"
+    )
     p.add_argument("--launch-us", type=float, default=None, help="eager host cost per kernel (default 5)")
     p.add_argument("--graph-node-us", type=float, default=None, help="device gap per kernel in a graph (default 0)")
     p.add_argument("--compute", action="store_true", help="trace with the matmul/attention arithmetic done too")
@@ -920,7 +923,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     contexts = [_parse_context(c) for c in a.context]
     torch.set_num_threads(max(1, torch.get_num_threads()))
     prof = build_profile(compute=True) if a.compute else profile()
-    knobs = Knobs(tpf=a.tpf, experts_per_canvas=a.experts_per_canvas, spread=a.spread)
+    knobs = Knobs(tpf=a.tpf, experts_per_canvas=a.experts_per_canvas, spread=a.spread, capacity=a.capacity)
     model = Model(prof, knobs)
     results = evaluate(model, gpus, a.batch, contexts)
     print_report(results, prof, knobs)

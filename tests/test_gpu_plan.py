@@ -12,7 +12,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from bench import gpu_plan
-from bench.cost_model import AR, DIFFUSION, GPUS, Model, gpu_spec, touched_fraction
+from bench.cost_model import AR, DIFFUSION, GPUS, Knobs, Model, gpu_spec, touched_fraction
 
 CTX = (1024, 8192, 32768)
 pytestmark = pytest.mark.slow  # the shared profile traces the twins (1-2 min): `make test`, not the edit-test loop
@@ -154,6 +154,12 @@ def test_compiled_step_is_the_traced_graph_fused(prof, model):
         assert comp["parts"]["other"]["bytes"] < 0.2 * cur["parts"]["other"]["bytes"]  # norms, residuals fused
     assert model.predict(g, 5, 8192, "compiled")["bucket_rows"] == 8  # a compiled step runs a bucket of rows
     assert model.predict(g, 1, 8192, "compiled")["dispatch_ms"] < 1.0
+    # its full layers attend every slot the cache holds: rows at 8k in a cache reserved for 32k pay 32k attention
+    reserved = Model(prof, Knobs(capacity=32768)).predict(g, 32, 8192, "compiled")
+    at_32k = model.predict(g, 32, 32768, "compiled")["parts"]["attention"]["ms"]
+    assert reserved["slots_attended"] == 32768
+    assert reserved["parts"]["attention"]["ms"] == pytest.approx(at_32k)
+    assert reserved["total_ms"] > model.predict(g, 32, 8192, "compiled")["total_ms"]
 
 
 def test_fusion_model_against_inductor():
