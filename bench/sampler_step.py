@@ -40,7 +40,8 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
 )
 
 from bench.common import interleaved, machine_info, median, print_machine, ratio_stats, table, write_json
-from harness.decode import fused_sampling, process_logits, sampler_step, torch_sampling
+from harness.decode import fused_sampling
+from harness.sampler_step import process_logits, sampler_step, torch_sampling
 from samplers.config import EntropyBoundConfig
 from samplers.fast_draw import draw_fast
 

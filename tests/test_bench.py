@@ -65,8 +65,8 @@ def test_sampler_step_bench_runs_the_fused_kernel_under_the_interpreter(tmp_path
 def test_engine_step_is_the_decode_engines_step():
     """EngineStep returns what harness.decode.sampler_step gives on the processed logits (torch path), and the
     reference step keeps the accept rule: accepted tokens are sampled ones, the rest fresh noise."""
-    from harness.decode import process_logits
-    from harness.decode import sampler_step as engine_step
+    from harness.sampler_step import process_logits
+    from harness.sampler_step import sampler_step as engine_step
     from samplers import streams
 
     raw = sampler_step.make_logits(2, 8, 300)
