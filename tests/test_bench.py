@@ -90,17 +90,28 @@ def test_engine_step_is_the_decode_engines_step():
     assert torch.equal(ref_argmax, argmax) and ref_new.shape == (2, 8) and int(ref_new.max()) < 300
 
 
+@pytest.mark.slow
+def test_gpu_check_tiny_compiled_phase(tmp_path):
+    """The last phase: model.compile=step's step vs the eager one, on the tiny model: one graph, no breaks, the
+    same tokens, fewer host ops."""
+    cfg = gpu_check.CheckConfig.tiny_cpu()
+    cfg.phases = ["compiled"]
+    saved = gpu_check.run(cfg, out_dir=str(tmp_path), quiet=True)
+    assert set(saved["phase_s"]) == {"compiled"} and saved["skipped"] == []
+    (step,) = saved["compiled"]
+    assert (step["batch"], step["graphs"], step["graph_breaks"], step["same_tokens"]) == (1, 1, 0, True)
+    assert 0 < step["compiled_host_ops"] < step["eager_host_ops"] and step["max_logits_diff"] < 1e-4
+
+
 def test_gpu_check_tiny_runs_the_full_script_on_cpu(tmp_path):
-    payload = gpu_check.run(gpu_check.CheckConfig.tiny_cpu(), out_dir=str(tmp_path), quiet=True)
+    cfg = gpu_check.CheckConfig.tiny_cpu()
+    cfg.phases = [p for p in gpu_check.PHASES if p != "compiled"]  # compiling: the slow test below
+    payload = gpu_check.run(cfg, out_dir=str(tmp_path), quiet=True)
     saved = json.loads((tmp_path / "gpu_check_tiny.json").read_text())
     assert saved["tiny"] is True and saved["complete"] is True and saved["skipped"] == []
     assert saved["build"]["parameters"] == payload["build"]["parameters"] > 0
     assert saved["engine_sampling"] == "torch draw_fast"  # CPU: the engine's torch path
-    assert set(saved["phase_s"]) == {"forward", "sampler", "agreement", "loop", "compiled"}
-    # model.compile=step's step vs the eager one, on the tiny model: one graph, no breaks, the same tokens
-    (step,) = saved["compiled"]
-    assert (step["batch"], step["graphs"], step["graph_breaks"], step["same_tokens"]) == (1, 1, 0, True)
-    assert 0 < step["compiled_host_ops"] < step["eager_host_ops"] and step["max_logits_diff"] < 1e-4
+    assert set(saved["phase_s"]) == {"forward", "sampler", "agreement", "loop"}
     mem = saved["memory"]
     assert mem["batches"] == [1, 2] and mem["generate_batches"] == [1, 2] and mem["notes"] == []
     assert mem["largest_batch_that_fits"] >= 8 and mem["agree_requests"] == 8
