@@ -21,6 +21,7 @@ differ. `tests/test_gpu_plan.py` compares its totals with inductor's own count o
 
 from __future__ import annotations
 
+import math
 import re
 
 EXTERN_KINDS = ("mm", "gmm", "sdpa")
@@ -124,14 +125,7 @@ def totals(ops: list[dict]) -> dict[str, int]:
     nbytes = 0
     for op in ops:
         for (shape, size, *_), m in zip(op["ins"], op["mem_in"], strict=True):
-            nbytes += m * _numel(shape) * size
+            nbytes += m * math.prod(shape) * size
         for (shape, size), m in zip(op["outs"], op["mem_out"], strict=True):
-            nbytes += m * _numel(shape) * size
+            nbytes += m * math.prod(shape) * size
     return {"kernels": sum(op["launch"] for op in ops), "bytes": nbytes}
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -370,10 +370,9 @@ PLAN_COLUMNS = ["part", "batch", "context", "plan_context", "measured_ms", "pred
 
 def plan_gpu(name: str | None) -> str | None:
     """The cost model's GPU (`bench.cost_model.GPUS` key) for a CUDA device name, None for any other device."""
-    for key in ("h200", "h100", "a100"):
-        if name and key in name.lower():
-            return key
-    return None
+    from bench.cost_model import GPUS
+
+    return next((key for key in GPUS if name and key in name.lower()), None)
 
 
 def versus_plan(payload: dict[str, Any], plan_path: str | Path) -> list[dict[str, Any]]:

@@ -524,12 +524,8 @@ def trace_commit_graph(adapter, tracer: Tracer, k: int) -> dict[str, Any]:
     state = adapter.open(k, c, positions=TWIN["context"] + c)
     state = adapter.prefill(_prompts(k, TWIN["context"], v, seed=60 + k), state)
     commit = WholeCommit(adapter, compile=False)
-    commit._cache = cache = state.cache
-    rows = list(range(k))
-    starts = [state.lengths[r] for r in rows]
-    highest = torch.tensor(cache.block_highest(rows, starts, c))
     ids = torch.randint(3, v, (k, c), generator=torch.Generator().manual_seed(k))
-    args = (ids, torch.tensor(rows), torch.tensor(starts), highest, cache.keys, cache.values)
+    args = commit.graph_args(state, ids, list(range(k)))  # k is a bucket: no padding rows
     return tracer.run(lambda: commit.encode(*args), rows=k, fused=True, mode="commit")
 
 

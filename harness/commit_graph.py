@@ -10,7 +10,7 @@ What makes the shapes static:
   any layer reads them. A sliding layer's ring holds window - 1 + canvas slots, so those writes never reach a
   position the row's next canvas can see. Their hidden states are dropped, and the host records no write for them;
 - every layer attends over all slots of the committing rows (`SlotCache.causal_masks_at` from device tensors), read
-  once per layer as a gathered batch (`models.slot_cache.RowSlots`, counted in `bytes_gathered`); no other row's
+  once per layer as a gathered batch (`models.slot_cache.CanvasSlots`, counted in `bytes_gathered`); no other row's
   K/V is read or moved;
 - the encoder's layers run as transformers' `DiffusionGemmaEncoderTextModel.forward` does (embeddings, rotary,
   layers, final norm), with the cache and masks built in the graph.
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness.step_graph import allow_graphs
+from harness.step_graph import allow_graphs, replay
 from models.diffusion_gemma import run_layers
 from models.slot_cache import bucket
 
@@ -52,38 +52,36 @@ class WholeCommit:
         context, the (n, C, H) hidden states returned; the context lengths do not move (`adapter.advance` does)."""
         n, c = canvas.shape
         cache = state.cache
+        args = self.graph_args(state, canvas, rows)
+        cache.note_writes(list(rows), [state.lengths[r] for r in rows], c)  # padding rows: nothing anyone reads
+        k = args[0].shape[0]
+        self.shapes.add((k, cache.capacity))
+        hidden = replay(self, args, (*cache.keys, *cache.values))
+        cache.bytes_written += sum(2 * n * t.shape[1] * c * t.shape[3] * t.element_size() for t in cache.keys)
+        cache.bytes_gathered += sum(2 * k * t[0].numel() * t.element_size() for t in cache.keys)
+        return hidden[:n]
+
+    def graph_args(self, state, canvas: torch.Tensor, rows: list[int]) -> tuple:
+        """What the graph (`encode`) gets: the canvases padded to a bucket of rows (pad tokens, rows that do not
+        commit), the slot rows, their starts and highest positions as device tensors, then the slot buffers."""
+        n, c = canvas.shape
+        cache = state.cache
         k = bucket(n)
         if k > cache.rows or len(set(rows)) != n:
             raise ValueError(f"a commit of {n} distinct rows pads to {k}, more than the cache's {cache.rows} rows")
         taken = set(rows)
-        pads = [r for r in range(cache.rows) if r not in taken][: k - n]
-        every = list(rows) + pads
+        every = list(rows) + [r for r in range(cache.rows) if r not in taken][: k - n]
         starts = [state.lengths[r] for r in every]
-        cache.reserve(max(starts) + c)  # before the graph's arguments: growing reallocates the buffers
+        cache.reserve(max(starts) + c)  # before the buffers are handed over: growing reallocates them
         highest = cache.block_highest(every, starts, c)
         dev = canvas.device
         ids = torch.cat([canvas, torch.full((k - n, c), self.adapter.pad_id, dtype=canvas.dtype, device=dev)])
-        index = torch.tensor(every, dtype=torch.long, device=dev)
-        args = (
-            ids,
-            index,
-            torch.tensor(starts, dtype=torch.long, device=dev),
-            torch.tensor(highest, dtype=torch.long, device=dev),
-        )
         self._cache = cache
-        cache.note_writes(list(rows), starts[:n], c)  # the padding rows' slots hold nothing anyone reads
-        self.shapes.add((k, cache.capacity))
-        stats = torch._dynamo.utils.counters["stats"]
-        before = stats["unique_graphs"]
-        if self.static:
-            for t in (*cache.keys, *cache.values):
-                torch._dynamo.mark_static_address(t, guard=True)
-            torch.compiler.cudagraph_mark_step_begin()
-        hidden = self.fn(*args, cache.keys, cache.values)
-        self.graphs += stats["unique_graphs"] - before
-        cache.bytes_written += sum(2 * n * t.shape[1] * c * t.shape[3] * t.element_size() for t in cache.keys)
-        cache.bytes_gathered += sum(2 * k * t[0].numel() * t.element_size() for t in cache.keys)
-        return hidden[:n].clone() if self.static else hidden[:n]
+
+        def on_device(xs):
+            return torch.tensor(xs, dtype=torch.long, device=dev)
+
+        return (ids, on_device(every), on_device(starts), on_device(highest), cache.keys, cache.values)
 
     def encode(self, ids, rows, starts, highest, cache_keys, cache_values):
         """The graph: transformers' encoder text forward over slot rows `rows`, pure tensor code."""

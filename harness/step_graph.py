@@ -44,6 +44,24 @@ def allow_graphs() -> None:
     config.recompile_limit = max(config.recompile_limit, GRAPHS_PER_FUNCTION)
 
 
+def replay(graph, args: tuple, in_place: tuple):
+    """`graph.fn(*args)` for a compiled graph object (`WholeStep`, `harness.commit_graph.WholeCommit`), counting the
+    graphs it compiles in `graph.graphs`. Under `mode="reduce-overhead"` (`graph.static`) the buffers it writes in
+    place are static addresses (a new address, a grown cache: a new graph), a CUDA-graph step begins, and the
+    outputs are cloned out of the graph's pool before the next replay overwrites it."""
+    stats = torch._dynamo.utils.counters["stats"]
+    before = stats["unique_graphs"]
+    if graph.static:
+        for t in in_place:
+            torch._dynamo.mark_static_address(t, guard=True)
+        torch.compiler.cudagraph_mark_step_begin()
+    out = graph.fn(*args)
+    if graph.static:
+        out = tuple(t.clone() for t in out) if isinstance(out, tuple) else out.clone()
+    graph.graphs += stats["unique_graphs"] - before
+    return out
+
+
 class WholeStep:
     """One compiled denoising step per bucket over an adapter's model (`models.diffusion_gemma`) and a sampler.
 
@@ -93,16 +111,7 @@ class WholeStep:
         args = self.graph_args(state, canvas, history, logits, sc_rows, keys, temperature)
         state.cache.note_writes(list(range(b)), state.lengths[:b], c)  # the graph writes the canvas K/V
         self.shapes.add((b, state.cache.capacity))
-        stats = torch._dynamo.utils.counters["stats"]
-        before = stats["unique_graphs"]
-        if self.static:
-            for t in (logits, *state.cache.keys, *state.cache.values):  # canvas, history: small, copied in
-                torch._dynamo.mark_static_address(t, guard=True)  # a new address (the cache grew): a new graph
-            torch.compiler.cudagraph_mark_step_begin()
-        out = self.fn(*args)
-        if self.static:
-            out = tuple(t.clone() for t in out)
-        self.graphs += stats["unique_graphs"] - before
+        out = replay(self, args, (logits, *state.cache.keys, *state.cache.values))  # canvas, history: copied in
         cache = state.cache
         cache.bytes_written += sum(2 * b * k.shape[1] * c * k.shape[3] * k.element_size() for k in cache.keys)
         return StepOutput(*out)

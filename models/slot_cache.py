@@ -214,9 +214,7 @@ class SlotCache:
         `starts` (b,) on the device), as a cache object of pure tensor code that a compiled graph creates inside."""
         pos = starts[:, None] + torch.arange(n, device=starts.device)
         slots = {t: torch.remainder(pos, self.ring) if self.is_sliding_type(t) else pos for t in set(self.layer_types)}
-        if rows is not None:
-            return RowSlots(self.keys, self.values, self.layer_types, slots, rows)
-        return CanvasSlots(self.keys, self.values, self.layer_types, slots)
+        return CanvasSlots(self.keys, self.values, self.layer_types, slots, rows)
 
     def move(self, src: int, dst: int) -> None:
         """Row `src`'s slots become row `dst`'s (the end of a run packs its last rows down, so that a step stops
@@ -268,38 +266,22 @@ class SlotCache:
 
 
 class CanvasSlots:
-    """What the decoder layers of a compiled step see as their cache: writes a block's K/V into rows 0..b-1 of
-    the slot buffers (at `slots[t]`, (b, n)) and hands back every slot of those rows, so each layer's shapes are
-    fixed by the buffers alone (masks hide what a row has not written). No host state, no counters."""
+    """What the layers of a compiled graph see as their cache: writes a block's K/V into slot rows `rows` (b,) of the
+    buffers (None: rows 0..b-1) at `slots[t]` (b, n) and hands back every slot of those rows, so each layer's shapes
+    are fixed by the buffers alone (masks hide what a row has not written). Rows 0..b-1 are a view; other rows (a
+    compiled commit's) are gathered, one read of their K/V per layer, no other row touched. No host state."""
 
-    def __init__(self, keys: list, values: list, layer_types: list[str], slots: dict[str, torch.Tensor]):
-        self.keys, self.values, self.layer_types, self.slots = keys, values, layer_types, slots
+    def __init__(self, keys: list, values: list, layer_types: list[str], slots: dict, rows: torch.Tensor | None = None):
+        self.keys, self.values, self.layer_types, self.slots, self.rows = keys, values, layer_types, slots, rows
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         slots = self.slots[self.layer_types[layer_idx]]
         b, n = slots.shape
-        rows = torch.arange(b, device=slots.device)[:, None].expand(b, n)
+        rows = torch.arange(b, device=slots.device) if self.rows is None else self.rows
         k, v = self.keys[layer_idx], self.values[layer_idx]
-        k[rows, :, slots] = key_states.transpose(1, 2).to(k.dtype)
-        v[rows, :, slots] = value_states.transpose(1, 2).to(v.dtype)
-        return k[:b], v[:b]
-
-
-class RowSlots(CanvasSlots):
-    """A compiled commit's cache: writes the block's K/V into slot rows `rows` (b,) at `slots[t]` (b, n) and hands
-    back those rows' slots, gathered (one read of each committing row's K/V per layer; no other row is touched)."""
-
-    def __init__(self, keys: list, values: list, layer_types: list[str], slots: dict, rows: torch.Tensor):
-        super().__init__(keys, values, layer_types, slots)
-        self.rows = rows
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        slots = self.slots[self.layer_types[layer_idx]]
-        rows = self.rows[:, None].expand(slots.shape)
-        k, v = self.keys[layer_idx], self.values[layer_idx]
-        k[rows, :, slots] = key_states.transpose(1, 2).to(k.dtype)
-        v[rows, :, slots] = value_states.transpose(1, 2).to(v.dtype)
-        return k[self.rows], v[self.rows]
+        k[rows[:, None].expand(b, n), :, slots] = key_states.transpose(1, 2).to(k.dtype)
+        v[rows[:, None].expand(b, n), :, slots] = value_states.transpose(1, 2).to(v.dtype)
+        return (k[:b], v[:b]) if self.rows is None else (k[self.rows], v[self.rows])
 
 
 def slot_positions(highest: torch.Tensor, span: int, modulus: int) -> torch.Tensor:
