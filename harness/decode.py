@@ -145,6 +145,8 @@ class BlockDiffusionDecoder(LockstepDecoding):
             mode = "reduce-overhead" if model.device.type == "cuda" else None  # replayed as CUDA graphs there
             self._whole = WholeStep(model, sampler, mode=mode)
             self._commit_graph = WholeCommit(model, mode=mode)
+        # a commit folds into the next step's forward (one read of the weights for both) where the model allows it
+        self._fold = self._whole is not None and self._whole.folds
         self.fused = self._whole is None and (
             sampler.draw == "fused" or (sampler.draw == "fast" and model.device.type == "cuda" and _triton())
         )
@@ -208,6 +210,7 @@ class BlockDiffusionDecoder(LockstepDecoding):
         sample = fused_sampling(logits.sc) if self.fused else torch_sampling(self._draw)
         sc_rows: list[bool] = []
         exhausted = False
+        pending: tuple[list[int], torch.Tensor] | None = None  # rows and canvases whose commit folds into the next step
         # sampler.stream_after_stable: built only when on, so a run that does not stream does none of it
         stable = StableRuns(cfg.stream_after_stable, c, dev) if cfg.streaming else None
         visible = StableStream(model.eos_ids, on_visible) if cfg.streaming else None
@@ -245,6 +248,9 @@ class BlockDiffusionDecoder(LockstepDecoding):
                 masks = None
             # no request left to refill freed rows: pack the last rows down, so steps stop computing free rows
             while exhausted and (move := _packing_move(rows)):
+                if pending is not None:  # the rows move with their committed contexts: commit them first
+                    hidden = self._commit_graph(state, pending[1], pending[0])
+                    state, pending = model.advance(state, pending[0], [c] * len(pending[0]), hidden), None
                 src, dst = move
                 state = model.move(state, src, dst)
                 canvas[dst], history[:, dst] = canvas[src], history[:, src]
@@ -276,7 +282,12 @@ class BlockDiffusionDecoder(LockstepDecoding):
             temperature = temps.to(dev)
             keys = keys.to(dev)
             if self._whole is not None:
-                out = self._whole(state, canvas[:b], history[:, :b], logits.raw[:b], sc_rows[:b], keys, temperature)
+                step_args = (state, canvas[:b], history[:, :b], logits.raw[:b], sc_rows[:b], keys, temperature)
+                if pending is None:
+                    out = self._whole(*step_args)
+                else:  # the last step's commits, in this step's forward
+                    out, hidden = self._whole.with_commit(*step_args, pending[1], pending[0])
+                    state, pending = model.advance(state, pending[0], [c] * len(pending[0]), hidden), None
             else:
                 sc = logits.sc[:b] if any(sc_rows[:b]) else None
                 x = model.denoise(state, canvas[:b], masks, sc, sc_rows[:b], out=logits.raw[:b])
@@ -345,7 +356,9 @@ class BlockDiffusionDecoder(LockstepDecoding):
             for i in committing:  # committed as drafted: the next canvas is drafted freely
                 rows[i].pin = rows[i].warm = None
             if committing and not verifying:
-                if self._commit_graph is None:
+                if self._fold:  # re-encoded by the next step's forward, which starts their next canvases after it
+                    pending = (list(committing), out.argmax[committing])
+                elif self._commit_graph is None:
                     state = model.commit(state, out.argmax[committing], committing)
                 else:  # the same re-encode as one compiled graph
                     hidden = self._commit_graph(state, out.argmax[committing], committing)

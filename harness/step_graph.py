@@ -15,6 +15,15 @@ What makes the shapes static:
 - the draw is `draw_whole` (no threads, no Python loops).
 A graph is therefore compiled per (bucket, cache capacity); the capacity grows by doubling, rarely.
 
+A commit folds into the next step (`with_commit`) where the encoder's layers are the decoder's (tied weights,
+equal buffers: `models.diffusion_gemma.encoder_is_decoder`): the rows that finished a canvas re-encode it causally
+as k more batch entries of the same forward, so the expert weights are read once for both (a commit of its own
+re-reads them: ~24 GB per event at the released shapes). The k entries are padded to a bucket: a padding entry
+re-encodes pad tokens right after its row's canvas, slots past the row's highest position that no mask shows and
+its next commit rewrites first. A committing row's canvas starts after the canvas it commits; at layer l it sees
+that canvas's K/V of layer l, written by the same layer call (`models.slot_attention.JointMask`). A sliding layer
+then holds window - 1 + 2C slots (`DiffusionGemmaAdapter.open`). A graph per (bucket, commit bucket, capacity).
+
 Numerics: transformers' op order as in eager `denoise` + `sampler_step`; the wider attention span (masked
 slots), matmuls over padded rows and inductor's fused kernels round differently (tests/test_step_graph.py
 states the tolerance). The eager default (`model.compile=false`) does not run this code.
@@ -27,14 +36,16 @@ from collections.abc import Callable
 import torch
 
 from harness.sampler_step import StepOutput, sampler_step, torch_sampling
+from models.slot_attention import JointMask
 from models.slot_cache import bucket
 from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.fast_draw import draw_whole
 
-# graphs one compiled function may hold: a graph per (bucket, cache capacity), up to 7 buckets (1..64 rows) times a
-# few capacities in a long run, and every instance of a class shares its function's graphs (dynamo's default: 8)
-GRAPHS_PER_FUNCTION = 64
+# graphs one compiled function may hold: a graph per (bucket, commit bucket, cache capacity), up to 7 buckets
+# (1..64 rows) times up to 7 commit buckets times a few capacities in a long run, and every instance of a class
+# shares its function's graphs (dynamo's default: 8)
+GRAPHS_PER_FUNCTION = 256
 
 
 def allow_graphs() -> None:
@@ -44,18 +55,18 @@ def allow_graphs() -> None:
     config.recompile_limit = max(config.recompile_limit, GRAPHS_PER_FUNCTION)
 
 
-def replay(graph, args: tuple, in_place: tuple):
-    """`graph.fn(*args)` for a compiled graph object (`WholeStep`, `harness.commit_graph.WholeCommit`), counting the
-    graphs it compiles in `graph.graphs`. Under `mode="reduce-overhead"` (`graph.static`) the buffers it writes in
-    place are static addresses (a new address, a grown cache: a new graph), a CUDA-graph step begins, and the
-    outputs are cloned out of the graph's pool before the next replay overwrites it."""
+def replay(graph, args: tuple, in_place: tuple, fn: Callable | None = None):
+    """`(fn or graph.fn)(*args)` for a compiled graph object (`WholeStep`, `harness.commit_graph.WholeCommit`),
+    counting the graphs it compiles in `graph.graphs`. Under `mode="reduce-overhead"` (`graph.static`) the buffers
+    it writes in place are static addresses (a new address, a grown cache: a new graph), a CUDA-graph step begins,
+    and the outputs are cloned out of the graph's pool before the next replay overwrites it."""
     stats = torch._dynamo.utils.counters["stats"]
     before = stats["unique_graphs"]
     if graph.static:
         for t in in_place:
             torch._dynamo.mark_static_address(t, guard=True)
         torch.compiler.cudagraph_mark_step_begin()
-    out = graph.fn(*args)
+    out = (fn or graph.fn)(*args)
     if graph.static:
         out = tuple(t.clone() for t in out) if isinstance(out, tuple) else out.clone()
     graph.graphs += stats["unique_graphs"] - before
@@ -70,7 +81,8 @@ class WholeStep:
     the step as a CUDA graph: the buffers the graph reads and writes in place (the K/V slots, the logits workspace)
     are marked as static addresses, so a replay copies neither in (the small canvas and history are), and the outputs
     (small: canvas, argmax, flags, counts) are cloned out of the graph's memory pool before the next replay
-    overwrites it. On the CPU inductor runs the same graph without CUDA graphs (tested there; not yet on a GPU)."""
+    overwrites it. On the CPU inductor runs the same graph without CUDA graphs (tested there; not yet on a GPU).
+    `folds`: `with_commit` runs a commit inside the step (the encoder's layers are the decoder's)."""
 
     def __init__(
         self,
@@ -84,13 +96,15 @@ class WholeStep:
         self.sample = torch_sampling(draw_whole)
         self._cache = None
         self._position_keys: torch.Tensor | None = None  # streams.position_keys: an input, not built in the graph
-        self.graphs = 0  # graphs compiled (one per bucket and cache capacity; a recompile counts)
-        self.shapes: set[tuple[int, int]] = set()  # the (bucket, cache capacity) pairs run
-        self.fn = self.step
+        self.graphs = 0  # graphs compiled (one per bucket, commit bucket and cache capacity; a recompile counts)
+        self.shapes: set[tuple[int, int, int]] = set()  # the (bucket, commit bucket or 0, cache capacity) run
+        self.folds = bool(getattr(adapter, "commit_folds", False))
+        self.fn, self.fn_joint = self.step, self.joint
         self.static = compile and mode == "reduce-overhead"
         if compile:
             allow_graphs()
             self.fn = torch.compile(self.step, fullgraph=True, dynamic=False, backend=backend, mode=mode)
+            self.fn_joint = torch.compile(self.joint, fullgraph=True, dynamic=False, backend=backend, mode=mode)
 
     @torch.no_grad()
     def __call__(
@@ -107,34 +121,96 @@ class WholeStep:
 
         `logits` (b, C, V) float32 is the workspace: read as the previous step's processed logits (rows with
         `sc_rows[i]`), written with this step's processed logits (the next step's self-conditioning input)."""
-        b, c = canvas.shape
         args = self.graph_args(state, canvas, history, logits, sc_rows, keys, temperature)
-        state.cache.note_writes(list(range(b)), state.lengths[:b], c)  # the graph writes the canvas K/V
-        self.shapes.add((b, state.cache.capacity))
-        out = replay(self, args, (logits, *state.cache.keys, *state.cache.values))  # canvas, history: copied in
-        cache = state.cache
-        cache.bytes_written += sum(2 * b * k.shape[1] * c * k.shape[3] * k.element_size() for k in cache.keys)
-        return StepOutput(*out)
+        return StepOutput(*self._run(state, args, canvas.shape, None, self.fn))
 
-    def graph_args(self, state, canvas, history, logits, sc_rows, keys, temperature) -> tuple:
-        """What the graph (`step`) gets for one step over rows 0..b-1 of `state`: the host's bookkeeping (lengths,
-        highest positions, flags) as device tensors, then the slot buffers."""
+    @torch.no_grad()
+    def with_commit(
+        self,
+        state,
+        canvas: torch.Tensor,
+        history: torch.Tensor,
+        logits: torch.Tensor,
+        sc_rows: list[bool],
+        keys: torch.Tensor,
+        temperature: torch.Tensor,
+        commit: torch.Tensor,
+        rows: list[int],
+    ) -> tuple[StepOutput, torch.Tensor]:
+        """The step, with rows `rows` committing `commit` (n, C) in the same forward (`folds` must hold): their
+        canvases (`canvas[rows]`, the next ones) start C after their context lengths, where the committed canvas
+        ends. Returns the step's output and the committed canvases' (n, C, H) hidden states for `adapter.advance`
+        (which moves the lengths on)."""
+        if not self.folds:
+            raise ValueError("this model's encoder layers are not its decoder's: a commit cannot fold into a step")
+        args = self.graph_args(state, canvas, history, logits, sc_rows, keys, temperature, (commit, rows))
+        *out, hidden = self._run(state, args, canvas.shape, rows, self.fn_joint)
+        return StepOutput(*out), hidden[: len(rows)]
+
+    def _run(self, state, args: tuple, shape, rows: list[int] | None, fn) -> tuple:
+        (b, c), cache = shape, state.cache
+        starts = [n + c if r in (rows or ()) else n for r, n in enumerate(state.lengths[:b])]
+        cache.note_writes(list(range(b)), starts, c)  # the graph writes the canvas K/V (and the commit's)
+        k = bucket(len(rows)) if rows else 0
+        self.shapes.add((b, k, cache.capacity))
+        out = replay(self, args, (args[2], *cache.keys, *cache.values), fn)  # canvas, history: copied in
+        per_row = sum(2 * t.shape[1] * c * t.shape[3] * t.element_size() for t in cache.keys)
+        cache.bytes_written += (b + len(rows or [])) * per_row
+        cache.bytes_gathered += sum(2 * k * t[0].numel() * t.element_size() for t in cache.keys)
+        return out
+
+    def graph_args(self, state, canvas, history, logits, sc_rows, keys, temperature, commit=None) -> tuple:
+        """What the graph (`step`, or `joint` with `commit` = (canvases, rows)) gets for one step over rows 0..b-1
+        of `state`: the host's bookkeeping (lengths, highest positions, flags) as device tensors; for a commit its
+        canvases padded to a bucket of entries, their slot rows, starts and highest positions; the slot buffers."""
         b, c = canvas.shape
-        if b != bucket(b) or state.cache.rows < b:
-            raise ValueError(f"a whole step runs a bucket of rows within the cache's {state.cache.rows}, got {b}")
         cache = self._cache = state.cache
-        lengths = state.lengths[:b]
+        if b != bucket(b) or cache.rows < b:
+            raise ValueError(f"a whole step runs a bucket of rows within the cache's {cache.rows} rows, got {b}")
+        lengths = list(state.lengths[:b])
+        committing = [] if commit is None else list(commit[1])
+        for r in committing:  # the canvas starts where the canvas it commits ends
+            lengths[r] += c
+        cache.reserve(max(lengths) + (2 * c if commit is not None else c))  # before the buffers are handed over
         highest = cache.block_highest(list(range(b)), lengths, c)
         dev = canvas.device
-        flags = torch.tensor(sc_rows, dtype=torch.bool, device=dev)
-        starts = torch.tensor(lengths, dtype=torch.long, device=dev)
-        top = torch.tensor(highest, dtype=torch.long, device=dev)
+
+        def on_device(xs, dtype=torch.long):
+            return torch.tensor(xs, dtype=dtype, device=dev)
+
         if self._position_keys is None or self._position_keys.shape[0] != c:
             self._position_keys = streams.position_keys(c, dev)
-        args = (canvas, history, logits, flags, starts, top, keys, temperature, self._position_keys)
-        return (*args, cache.keys, cache.values)
+        args = (canvas, history, logits, on_device(sc_rows, torch.bool), on_device(lengths), on_device(highest))
+        args += (keys, temperature, self._position_keys)
+        if commit is None:
+            return (*args, cache.keys, cache.values)
+        if cache.max_chunk < 2 * c:
+            raise ValueError(f"a commit folded into a step writes {2 * c} positions per row: open the state so")
+        ids, n = commit[0], len(committing)
+        k = bucket(n)
+        if k > b or len(set(committing)) != n or max(committing) >= b:
+            raise ValueError(f"a commit of {n} distinct rows of the step's {b} pads to {k} entries")
+        taken = set(committing)
+        pads = [r for r in range(b) if r not in taken][: k - n]
+        starts = [state.lengths[r] for r in committing] + [lengths[r] + c for r in pads]
+        tops = [highest[r] for r in committing] + [max(highest[r], lengths[r] + 2 * c - 1) for r in pads]
+        ids = torch.cat([ids, torch.full((k - n, c), self.adapter.pad_id, dtype=ids.dtype, device=dev)])
+        return (*args, ids, on_device(committing + pads), on_device(starts), on_device(tops), cache.keys, cache.values)
 
-    def step(
+    def step(self, canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, ck, cv):
+        """The graph: pure tensor code over static shapes; returns `StepOutput`'s fields as a tuple."""
+        return self._forward(canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, ck, cv)
+
+    def joint(
+        self, canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, *commit_and_cache
+    ):
+        """The graph of a step with a commit folded in: `StepOutput`'s fields, then the commit entries' hidden
+        states (k, C, H)."""
+        ids, rows, cstarts, chighest, ck, cv = commit_and_cache
+        args = (canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, ck, cv)
+        return self._forward(*args, commit=(ids, rows, cstarts, chighest))
+
+    def _forward(
         self,
         canvas,
         history,
@@ -147,8 +223,8 @@ class WholeStep:
         position_keys,
         cache_keys,
         cache_values,
+        commit=None,
     ):
-        """The graph: pure tensor code over static shapes; returns `StepOutput`'s fields as a tuple."""
         a = self.adapter
         dec, cache = a.model.model.decoder, self._cache  # its geometry only (ints): the buffers are arguments
         b, c = canvas.shape
@@ -159,14 +235,26 @@ class WholeStep:
         signal = torch.matmul(probs, w) * dec.embed_tokens.embed_scale.to(embeds.dtype)
         soft = torch.where(sc_rows[:, None, None], signal, torch.zeros_like(signal))
         hidden = dec.self_conditioning(embeds, soft)
-        positions = starts[:, None] + torch.arange(c, device=canvas.device)
+        offsets = torch.arange(c, device=canvas.device)
+        positions = starts[:, None] + offsets
         spans = {t: cache.slots_of(t) for t in set(cache.layer_types)}
         masks = cache.block_masks_at(starts, highest, c, a.dtype, spans)
-        slots = cache.canvas_slots(starts, c)
+        if commit is None:
+            slots = cache.canvas_slots(starts, c)
+        else:  # k more entries: the causal re-encode of finished canvases (transformers' encoder text forward)
+            ids, rows, cstarts, chighest = commit
+            hidden = torch.cat([hidden, a.model.model.encoder.language_model.embed_tokens(ids)])
+            cpos = cstarts[:, None] + offsets
+            causal = cache.causal_masks_at(cpos, chighest, a.dtype, spans)
+            masks = {t: JointMask(masks[t], causal[t], rows) for t in masks}
+            every = torch.cat([torch.arange(b, device=rows.device), rows])
+            slots = cache.canvas_slots(torch.cat([starts, cstarts]), c, every, whole=True)
+            positions = torch.cat([positions, cpos])
         slots.keys, slots.values = cache_keys, cache_values
         hidden = a._decoder_layers(hidden, positions, masks, slots)
-        x = torch.matmul(hidden, a.model.lm_head.weight.t()).float()
+        x = torch.matmul(hidden[:b], a.model.lm_head.weight.t()).float()
         v = a.vocab_size
         out = sampler_step(self.cfg, self.sample, x, temperature, a.softcap, keys, canvas, history, v, position_keys)
         logits.copy_(x)  # processed in place by the sampler step: the next step's self-conditioning input
-        return out.canvas, out.argmax, out.history, out.finished, out.kept, out.mean_entropy, out.keep
+        fields = (out.canvas, out.argmax, out.history, out.finished, out.kept, out.mean_entropy, out.keep)
+        return fields if commit is None else (*fields, hidden[b:])

@@ -126,6 +126,12 @@ class DiffusionGemmaAdapter:
         (`harness.step_graph`); the cache then holds a bucket's rows."""
         return self.compile == "step"
 
+    @functools.cached_property
+    def commit_folds(self) -> bool:
+        """A commit can run inside the next denoising step's forward (`harness.step_graph.WholeStep.with_commit`):
+        the encoder's text layers are the decoder's (`encoder_is_decoder`)."""
+        return encoder_is_decoder(self.model)
+
     def encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, self.enable_thinking)
 
@@ -144,9 +150,11 @@ class DiffusionGemmaAdapter:
         sliding layer's ring holds window - 1 + C slots, what transformers' sliding cache holds during a step."""
         text = self.config.get_text_config(decoder=True)
         c = canvas_length or self.canvas_length
+        chunk = c
         if self.whole_step:  # a compiled step runs a power-of-two bucket of rows: the padding rows exist, free
             rows = bucket(rows)
-        cache = SlotCache(text, rows, max(positions, c), c, self.dtype, self.device, self.row_indexed)
+            chunk = 2 * c if self.commit_folds else c  # a step with a commit folded in writes 2C positions per row
+        cache = SlotCache(text, rows, max(positions, chunk), chunk, self.dtype, self.device, self.row_indexed)
         return ContextState(cache, [0] * rows)
 
     @torch.no_grad()
@@ -324,6 +332,29 @@ def run_layers(stack, layers, layer_types: list[str], hidden, positions, masks: 
             past_key_values=cache,
         )
     return stack.norm(hidden)
+
+
+def encoder_is_decoder(model) -> bool:
+    """Whether the encoder's text stack computes what the decoder's layers compute under a causal mask: the same
+    layer types, each layer's weights and buffers (`layer_scalar`), the final norm, the token embedding (and its
+    scale) and the rotary tables equal (the checkpoint ties the weights; transformers does not tie buffers). The
+    attention modules differ only in how they write the cache and in `is_causal`, which an explicit mask overrides."""
+    enc, dec = model.model.encoder.language_model, model.model.decoder
+    n = enc.config.num_hidden_layers
+    if n != dec.text_config.num_hidden_layers or enc.config.layer_types[:n] != dec.text_config.layer_types[:n]:
+        return False
+    pairs = [(enc.layers[i], dec.layers[i]) for i in range(n)]
+    pairs += [(enc.norm, dec.norm), (enc.embed_tokens, dec.embed_tokens), (enc.rotary_emb, dec.rotary_emb)]
+    for a, b in pairs:
+        ta = dict(a.named_parameters()) | dict(a.named_buffers())
+        tb = dict(b.named_parameters()) | dict(b.named_buffers())
+        if ta.keys() != tb.keys():
+            return False
+        for name, x in ta.items():
+            y = tb[name]
+            if x is not y and (x.shape != y.shape or not torch.equal(x, y.to(x.device))):
+                return False
+    return torch.equal(torch.as_tensor(enc.embed_tokens.embed_scale), torch.as_tensor(dec.embed_tokens.embed_scale))
 
 
 def compile_mode(value: bool | str | None) -> str | None:

@@ -16,6 +16,8 @@ is the mask (a block mask (b, 1, 1, span) not at all; a causal one g times, C / 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward, use_gqa_in_sdpa
@@ -25,7 +27,25 @@ NAME = "slot_sdpa"
 ROWS = "slot_rows"  # attribute of the key view the cache returns: the slot row of each query row
 
 
+@dataclass
+class JointMask:
+    """The attention mask of a forward that runs two kinds of batch entries over one cache (`harness.step_graph`'s
+    step with a commit folded in): entries 0..b-1 are the canvases of slot rows 0..b-1 (`block` (b, 1, 1, span):
+    bidirectional), the rest re-encode finished canvases causally into slot rows `rows` (`causal` (k, 1, n, span)).
+    The key / value handed over are the whole buffers: the canvases read theirs in place, the re-encodes gather
+    their k rows (one read of those rows' K/V per layer), so no row's K/V is copied for the canvases."""
+
+    block: torch.Tensor
+    causal: torch.Tensor
+    rows: torch.Tensor
+
+
 def slot_sdpa(module, query, key, value, attention_mask, **kwargs):
+    if isinstance(attention_mask, JointMask):
+        m, b = attention_mask, attention_mask.block.shape[0]
+        canvas, _ = _sdpa(module, query[:b], key[:b], value[:b], m.block, **kwargs)
+        commit, _ = _sdpa(module, query[b:], key[m.rows], value[m.rows], m.causal, **kwargs)
+        return torch.cat([canvas, commit]), None
     rows = getattr(key, ROWS, None)
     if rows is None:
         return _sdpa(module, query, key, value, attention_mask, **kwargs)

@@ -209,12 +209,15 @@ class SlotCache:
         self.bytes_gathered += 2 * b * k.shape[1] * span * k.shape[3] * k.element_size()
         return k[self._rows, :, :span], v[self._rows, :, :span]
 
-    def canvas_slots(self, starts: torch.Tensor, n: int, rows: torch.Tensor | None = None) -> CanvasSlots:
+    def canvas_slots(
+        self, starts: torch.Tensor, n: int, rows: torch.Tensor | None = None, whole: bool = False
+    ) -> CanvasSlots:
         """The writes of a block of n positions after each row's context (rows 0..b-1, or slot rows `rows` (b,);
-        `starts` (b,) on the device), as a cache object of pure tensor code that a compiled graph creates inside."""
+        `starts` (b,) on the device), as a cache object of pure tensor code that a compiled graph creates inside.
+        `whole`: the layers get the whole buffers back (a `models.slot_attention.JointMask` says who reads what)."""
         pos = starts[:, None] + torch.arange(n, device=starts.device)
         slots = {t: torch.remainder(pos, self.ring) if self.is_sliding_type(t) else pos for t in set(self.layer_types)}
-        return CanvasSlots(self.keys, self.values, self.layer_types, slots, rows)
+        return CanvasSlots(self.keys, self.values, self.layer_types, slots, rows, whole)
 
     def move(self, src: int, dst: int) -> None:
         """Row `src`'s slots become row `dst`'s (the end of a run packs its last rows down, so that a step stops
@@ -269,10 +272,20 @@ class CanvasSlots:
     """What the layers of a compiled graph see as their cache: writes a block's K/V into slot rows `rows` (b,) of the
     buffers (None: rows 0..b-1) at `slots[t]` (b, n) and hands back every slot of those rows, so each layer's shapes
     are fixed by the buffers alone (masks hide what a row has not written). Rows 0..b-1 are a view; other rows (a
-    compiled commit's) are gathered, one read of their K/V per layer, no other row touched. No host state."""
+    compiled commit's) are gathered, one read of their K/V per layer, no other row touched; `whole`: the whole
+    buffers (views) are handed back, for attention that picks each entry's rows itself. No host state."""
 
-    def __init__(self, keys: list, values: list, layer_types: list[str], slots: dict, rows: torch.Tensor | None = None):
+    def __init__(
+        self,
+        keys: list,
+        values: list,
+        layer_types: list[str],
+        slots: dict,
+        rows: torch.Tensor | None = None,
+        whole: bool = False,
+    ):
         self.keys, self.values, self.layer_types, self.slots, self.rows = keys, values, layer_types, slots, rows
+        self.whole = whole
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         slots = self.slots[self.layer_types[layer_idx]]
@@ -281,6 +294,8 @@ class CanvasSlots:
         k, v = self.keys[layer_idx], self.values[layer_idx]
         k[rows[:, None].expand(b, n), :, slots] = key_states.transpose(1, 2).to(k.dtype)
         v[rows[:, None].expand(b, n), :, slots] = value_states.transpose(1, 2).to(v.dtype)
+        if self.whole:
+            return k, v
         return (k[:b], v[:b]) if self.rows is None else (k[self.rows], v[self.rows])
 
 
