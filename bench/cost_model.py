@@ -255,15 +255,20 @@ def fit_parts(p1: dict, p2: dict, x1: float, x2: float, x: float) -> dict[str, d
     return out
 
 
-def bilinear_parts(p31: dict, p32: dict, p21: dict, b: float, k: float) -> dict[str, dict[str, float]]:
-    """v(B, k) = v(3,1) + (B-3) [v(3,1) - v(2,1)] + (k-1) [v(3,2) - v(3,1)] (batch rows, committing rows)."""
+def bilinear_parts(
+    p31: dict, p32: dict, p21: dict, b: float, k: float, b0: int = 3
+) -> dict[str, dict[str, float]]:
+    """v(B, k) = v(b0,1) + (B-b0) [v(b0,1) - v(b0-1,1)] + (k-1) [v(b0,2) - v(b0,1)] (batch rows, committing rows;
+    the arguments are v(b0,1), v(b0,2) and v(b0-1,1))."""
     out = {}
     for part in set(p31) | set(p32) | set(p21):
         a, c, d = p31.get(part, {}), p32.get(part, {}), p21.get(part, {})
         out[part] = {
             f: max(
                 0.0,
-                a.get(f, 0.0) + (b - 3) * (a.get(f, 0.0) - d.get(f, 0.0)) + (k - 1) * (c.get(f, 0.0) - a.get(f, 0.0)),
+                a.get(f, 0.0)
+                + (b - b0) * (a.get(f, 0.0) - d.get(f, 0.0))
+                + (k - 1) * (c.get(f, 0.0) - a.get(f, 0.0)),
             )
             for f in FIELDS
         }
@@ -500,53 +505,56 @@ class Model:
     def _v_current(self, gpu: GPU, b: int, context: int) -> dict:
         return self._current(gpu, b, context, per_row=False)
 
-    def _commit_compiled(self, b: int, context: int) -> tuple[dict, dict]:
-        """`model.compile=step`'s commits, per step: a commit event (some of the b rows stop, each with probability
-        TPF / C per step, independently) re-encodes them as one graph over the power-of-two bucket of their count
-        (`harness.commit_graph`: padding rows included, their K/V gathered once per layer), fitted from the traced
-        graph at 1 and 2 rows. Expected over the binomial count of committing rows."""
-        from models.slot_cache import bucket
-
-        p = 1.0 / self.steps_per_canvas()
-        probs = {k: math.comb(b, k) * p**k * (1.0 - p) ** (b - k) for k in range(1, b + 1)}
-        events = sum(probs.values())
-        rows = sum(q * bucket(k) for k, q in probs.items()) / events  # mean bucket of an event
-        fitted = self.fit("commit_graph", context, rows)
-        kernels = sum(f.get("kernels", 0.0) for f in fitted.values())  # per event
-        fitted = {name: {f: v * events for f, v in fp.items()} for name, fp in fitted.items()}
-        ex = self.expert_bytes("commit_graph", "1", context, rows)
-        fitted.setdefault("encode", {f: 0.0 for f in FIELDS})["weights"] += events * ex
-        meta = {"commit_events_per_step": events, "commit_bucket_rows": rows, "commit_graph_kernels": kernels}
-        return fitted, meta
+    def _step_graph_parts(self, rows: int, k: int, context: int) -> dict:
+        """The traced step graph over `rows` rows with k commit entries folded in (k = 0: none), at `context`: the
+        whole step fit at B = 1, 2 (`whole_step`), with a commit the bilinear fit of the joint graph at (rows,
+        entries) = (1, 1), (2, 1), (2, 2) (`joint_step`); the touched experts for rows + k canvases of tokens."""
+        if k == 0:
+            parts = self.fit("whole_step", context, rows)
+            trace, key = "whole_step", "1"
+        else:
+            p = {key: self.agg("joint_step", key, context)["parts"] for key in ("2,1", "2,2", "1,1")}
+            parts = bilinear_parts(p["2,1"], p["2,2"], p["1,1"], rows, k, b0=2)
+            trace, key = "joint_step", "1,1"
+        parts.setdefault("moe", {f: 0.0 for f in FIELDS})["weights"] += self.expert_bytes(
+            trace, key, context, rows + k
+        )
+        return parts
 
     def _v_compiled(self, gpu: GPU, b: int, context: int) -> dict:
-        """The engine with `model.compile=step` on CUDA (`mode="reduce-overhead"`): the whole step's graph as
-        traced (`harness.step_graph`, fit of B = 1 and 2) over its power-of-two bucket of rows, its elementwise
-        ops fused by inductor's rules (`bench.fusion`), replayed as one CUDA graph; full layers attend every slot
-        of the cache (the capacity: context + canvas here). Commits are graphs too (`_commit_compiled`): one more
-        launch per commit event."""
+        """The engine with `model.compile=step` on CUDA (`mode="reduce-overhead"`): the step's graph as traced
+        (`harness.step_graph`) over its power-of-two bucket of rows, its elementwise ops fused by inductor's rules
+        (`bench.fusion`), replayed as one CUDA graph; full layers attend every slot of the cache (the capacity:
+        context + 2C here). Commits fold into the step (`WholeStep.with_commit`): on a step where some rows stopped
+        the step before (each with probability TPF / C, independently), their re-encode runs as a bucket of k more
+        entries of the same graph. Expected over the binomial count of committing rows; one launch per step."""
         from models.slot_cache import bucket
 
         rows = bucket(b)
-        parts = self.fit("whole_step", context, rows)
         held = max(context, self.knobs.capacity or 0)
-        if held != context:  # the graph's full layers attend every slot the cache holds
-            parts["attention"] = self.fit("whole_step", held, rows)["attention"]
-        parts.setdefault("moe", {f: 0.0 for f in FIELDS})["weights"] += self.expert_bytes(
-            "whole_step", "1", context, rows
-        )
-        graph_kernels = sum(p.get("kernels", 0) for p in parts.values())
-        commit, meta = self._commit_compiled(b, context)
-        for name, f in commit.items():
-            self._add(parts, "cache" if name == "cache" else "encode", f)
+        p = 1.0 / self.steps_per_canvas()
+        weights: dict[int, float] = {}
+        for k in range(b + 1):  # commit entries per step: the bucket of the committing rows' count (0: none)
+            kb = bucket(k) if k else 0
+            weights[kb] = weights.get(kb, 0.0) + math.comb(b, k) * p**k * (1.0 - p) ** (b - k)
+        parts: dict = {}
+        for kb, q in weights.items():
+            f = self._step_graph_parts(rows, kb, context)
+            if held != context:  # the graph's full layers attend every slot the cache holds
+                f["attention"] = self._step_graph_parts(rows, kb, held)["attention"]
+            for name, x in f.items():
+                self._add(parts, name, x, q)
+        events = 1.0 - weights.get(0, 0.0)
         a1 = self.agg("whole_step", "1", context)
-        meta["weight_reads"] = {k: len(a1["embed"].get(k, [])) for k in ("lm_head", "selfcond")}
-        meta["bucket_rows"] = rows
-        meta["slots_attended"] = held
-        meta["kernels"] = graph_kernels
-        dispatch = self._graph_dispatch(gpu, graph_kernels)
-        dispatch += meta["commit_events_per_step"] * self._graph_dispatch(gpu, meta["commit_graph_kernels"])
-        return self.finish(gpu, parts, dispatch, meta, b * self.knobs.tpf, None)
+        meta = {
+            "weight_reads": {k: len(a1["embed"].get(k, [])) for k in ("lm_head", "selfcond")},
+            "bucket_rows": rows,
+            "slots_attended": held,
+            "kernels": sum(f.get("kernels", 0) for f in parts.values()),
+            "commit_events_per_step": events,
+            "commit_bucket_rows": sum(kb * q for kb, q in weights.items()) / events if events else 0.0,
+        }
+        return self.finish(gpu, parts, self._graph_dispatch(gpu, meta["kernels"]), meta, b * self.knobs.tpf, None)
 
     def _v_per_row(self, gpu: GPU, b: int, context: int) -> dict:
         """What-if: the engine before `models.logits_blocks`, the LM head and the self-conditioning matmul once

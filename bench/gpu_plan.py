@@ -6,8 +6,8 @@ the FLOPs, bytes and time on an H100 / H200 / A100 at B = 1, 8, 32, 64 and 1k / 
 
 - `current`  the engine as the code runs by default (`models.diffusion_gemma.DiffusionGemmaAdapter.denoise`,
              `commit`, `harness.decode`'s sampler step with the fused kernel): eager, every op dispatched;
-- `compiled` the engine with `model.compile=step` (`harness.step_graph`, `harness.commit_graph`): the graphs as
-             traced, fused by inductor's rules (`bench.fusion`), each replayed as one CUDA graph;
+- `compiled` the engine with `model.compile=step` (`harness.step_graph`): the step's graph as traced, commits
+             folded into it, fused by inductor's rules (`bench.fusion`), replayed as one CUDA graph;
 - `planned`  weights read once per step, one CUDA-graph launch, only new K/V written, attention reading
              each row's real context at its real K/V heads, commits folded into the step's forward;
 - `per_row`  what-if: the LM head and self-conditioning per row and per 64 MiB block (the engine before
@@ -486,15 +486,27 @@ def trace_denoise(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
     return tracer.run(lambda: adapter.denoise(state, canvas, masks, sc, [True] * b, out=raw), rows=b)
 
 
-def whole_step_call(adapter, b: int):
+@functools.cache
+def _compiled_twin(model):
+    """The twin's adapter as `model.compile=step` runs it (the same weights): its states hold a bucket of rows and,
+    as commits fold into the step, sliding rings of window - 1 + 2C."""
+    from models.diffusion_gemma import DiffusionGemmaAdapter
+    from models.tiny import char_tokenizer
+
+    return DiffusionGemmaAdapter.from_model(model, char_tokenizer(), name="gpu-plan-twin", eos_token_ids=[1], compile="step")
+
+
+def whole_step_call(adapter, b: int, k: int = 0):
     """`model.compile=step`'s graph function over b prefilled rows and its arguments (a steady-state step:
-    self-conditioning on every row). The cache holds exactly context + canvas slots per row: the graph's full
-    layers attend every slot, so its attention work follows the capacity (rows padded to the longest)."""
+    self-conditioning on every row), with rows 0..k-1 committing a canvas in the same forward (`WholeStep.joint`;
+    k a bucket). The cache holds exactly context + 2C slots per row: the graph's full layers attend every slot, so
+    its attention work follows the capacity (rows padded to the longest)."""
     from harness.step_graph import WholeStep
     from samplers.config import EntropyBoundConfig
 
+    adapter = _compiled_twin(adapter.model)
     v, c = adapter.vocab_size, adapter.canvas_length
-    state = adapter.open(b, c, positions=TWIN["context"] + c)
+    state = adapter.open(b, c, positions=TWIN["context"] + 2 * c)
     state = adapter.prefill(_prompts(b, TWIN["context"], v, seed=50 + b), state)
     cfg = EntropyBoundConfig()
     step = WholeStep(adapter, cfg, compile=False)
@@ -502,31 +514,25 @@ def whole_step_call(adapter, b: int):
     history = torch.full((cfg.stability_steps, b, c), -1, dtype=torch.long)
     logits = torch.zeros(b, c, v)
     keys = torch.tensor([list(range(b)), [0] * b, [3] * b], dtype=torch.long)
-    args = step.graph_args(state, canvas, history, logits, [True] * b, keys, cfg.temperatures(keys[2]))
-    return step, args
+    commit = None
+    if k:
+        commit = (torch.randint(3, v, (k, c), generator=torch.Generator().manual_seed(70 + k)), list(range(k)))
+    args = step.graph_args(state, canvas, history, logits, [True] * b, keys, cfg.temperatures(keys[2]), commit)
+    return step, args, step.joint if k else step.step
 
 
-def trace_whole_step(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
-    """One whole compiled step's graph function, run eagerly, its fused kernels marked (`bench.fusion`)."""
+def trace_whole_step(adapter, tracer: Tracer, b: int, k: int = 0) -> dict[str, Any]:
+    """One whole compiled step's graph function (with k commit entries folded in), run eagerly, its fused kernels
+    marked (`bench.fusion`); `rows` counts the forward's entries (b + k), each a canvas of tokens."""
     import harness.step_graph
 
-    step, args = whole_step_call(adapter, b)
-    phases = ((step._cache, "block_masks_at", "masks"), (harness.step_graph, "sampler_step", "post"))
-    return tracer.run(lambda: step.step(*args), rows=b, fused=True, phases=phases)
-
-
-def trace_commit_graph(adapter, tracer: Tracer, k: int) -> dict[str, Any]:
-    """`model.compile=step`'s commit graph (`harness.commit_graph.WholeCommit.encode`) over a bucket of k rows,
-    run eagerly, its fused kernels marked (`bench.fusion`); the cache as in `whole_step_call`."""
-    from harness.commit_graph import WholeCommit
-
-    v, c = adapter.vocab_size, adapter.canvas_length
-    state = adapter.open(k, c, positions=TWIN["context"] + c)
-    state = adapter.prefill(_prompts(k, TWIN["context"], v, seed=60 + k), state)
-    commit = WholeCommit(adapter, compile=False)
-    ids = torch.randint(3, v, (k, c), generator=torch.Generator().manual_seed(k))
-    args = commit.graph_args(state, ids, list(range(k)))  # k is a bucket: no padding rows
-    return tracer.run(lambda: commit.encode(*args), rows=k, fused=True, mode="commit")
+    step, args, fn = whole_step_call(adapter, b, k)
+    phases = (
+        (step._cache, "block_masks_at", "masks"),
+        (step._cache, "causal_masks_at", "masks"),
+        (harness.step_graph, "sampler_step", "post"),
+    )
+    return tracer.run(lambda: fn(*args), rows=b + k, fused=True, phases=phases)
 
 
 def inductor_check(layers: int = 6, vocab: int = HF_VOCAB, b: int = 1) -> dict[str, Any]:
@@ -547,7 +553,7 @@ def inductor_check(layers: int = 6, vocab: int = HF_VOCAB, b: int = 1) -> dict[s
     layer_types = ["sliding" if t == "sliding_attention" else "full" for t in text.layer_types]
     tracer = Tracer(adapter.model, layer_types, set(), text.top_k_experts)
     model = trace_whole_step(adapter, tracer, b)["stats"]["fused_at_twin"]
-    step, args = whole_step_call(adapter, b)
+    step, args, _ = whole_step_call(adapter, b)
     level = inductor_metrics_log.level
     inductor_metrics_log.setLevel(logging.INFO)  # what makes inductor count its buffers
     metrics.reset()
@@ -704,6 +710,7 @@ def build_profile(verbose: bool = False, compute: bool = False, twins: dict | No
     traces["denoise"] = {str(b): trace_denoise(adapter, tracer, b) for b in (1, 3)}
     traces["sampler"] = {str(b): trace_sampler(adapter, tracer, b) for b in (1, 3)}
     traces["whole_step"] = {str(b): trace_whole_step(adapter, tracer, b) for b in (1, 2)}  # buckets: powers of 2
+    traces["joint_step"] = {f"{b},{k}": trace_whole_step(adapter, tracer, b, k) for b, k in ((2, 1), (2, 2), (1, 1))}
     note("denoise")
     # the rest at a small vocabulary (rescaled): commits, AR steps and generate() do not block by it
     small = twins["small"]
@@ -713,7 +720,6 @@ def build_profile(verbose: bool = False, compute: bool = False, twins: dict | No
     traces["commit_part"] = {
         f"{b},{k}": trace_commit(small, stracer, b, k) | small_v for b, k in ((3, 1), (3, 2), (2, 1))
     }
-    traces["commit_graph"] = {str(k): trace_commit_graph(small, stracer, k) | small_v for k in (1, 2)}
     traces["ar_same"] = {str(b): trace_ar_same(small, stracer, b) | small_v for b in (1, 3)}
     note("commits, AR")
     traces["generate"] = {str(b): trace_generate(small, stracer, b) | small_v for b in (1, 3)}
@@ -893,7 +899,7 @@ def print_report(results: dict[str, Any], prof: dict[str, Any], knobs: Knobs) ->
                 f"goal (our step within 15% of the floor) at B={r['batch']}, 8k: compiled {x:.2f}x -> "
                 f"{'meets' if x <= 1.15 else 'misses'} (eager {v['current']['x_floor']:.2f}x; its parts at their "
                 f"own rooflines, one kernel after another: {v['floor']['serial_ms'] / v['floor']['total_ms']:.2f}x; "
-                f"{c['commit_events_per_step']:.2f} commit graphs per step over {c['commit_bucket_rows']:.1f} rows)"
+                f"commits folded into {c['commit_events_per_step']:.2f} of its steps, {c['commit_bucket_rows']:.1f} entries each)"
             )
     print("\nRoofline numbers are arithmetic, not measurements; `make gpu-check` measures on a GPU.")
 

@@ -169,9 +169,16 @@ class WholeStep:
             raise ValueError(f"a whole step runs a bucket of rows within the cache's {cache.rows} rows, got {b}")
         lengths = list(state.lengths[:b])
         committing = [] if commit is None else list(commit[1])
+        n, k = len(committing), bucket(len(committing)) if committing else 0
+        if k > b or len(set(committing)) != n or any(r >= b for r in committing):
+            raise ValueError(f"a commit of {n} distinct rows of the step's {b} pads to {k} entries")
+        if commit is not None and cache.max_chunk < 2 * c:
+            raise ValueError(f"a commit folded into a step writes {2 * c} positions per row: open the state so")
         for r in committing:  # the canvas starts where the canvas it commits ends
             lengths[r] += c
-        cache.reserve(max(lengths) + (2 * c if commit is not None else c))  # before the buffers are handed over
+        taken = set(committing)
+        pads = [r for r in range(b) if r not in taken][: k - n]  # their re-encode of pad tokens: after their canvas
+        cache.reserve(max([m + c for m in lengths] + [lengths[r] + 2 * c for r in pads]))  # before the handover
         highest = cache.block_highest(list(range(b)), lengths, c)
         dev = canvas.device
 
@@ -184,14 +191,7 @@ class WholeStep:
         args += (keys, temperature, self._position_keys)
         if commit is None:
             return (*args, cache.keys, cache.values)
-        if cache.max_chunk < 2 * c:
-            raise ValueError(f"a commit folded into a step writes {2 * c} positions per row: open the state so")
-        ids, n = commit[0], len(committing)
-        k = bucket(n)
-        if k > b or len(set(committing)) != n or max(committing) >= b:
-            raise ValueError(f"a commit of {n} distinct rows of the step's {b} pads to {k} entries")
-        taken = set(committing)
-        pads = [r for r in range(b) if r not in taken][: k - n]
+        ids = commit[0]
         starts = [state.lengths[r] for r in committing] + [lengths[r] + c for r in pads]
         tops = [highest[r] for r in committing] + [max(highest[r], lengths[r] + 2 * c - 1) for r in pads]
         ids = torch.cat([ids, torch.full((k - n, c), self.adapter.pad_id, dtype=ids.dtype, device=dev)])
