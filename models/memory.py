@@ -183,15 +183,18 @@ def kv_cache_bytes(
     context_tokens: int,
     canvas_length: int,
     dtype_bytes: int,
+    chunk: int | None = None,
 ) -> int:
     """Bytes of the slot cache: full layers hold the context plus the canvas written after it, sliding layers
-    `sliding_storage_tokens` (what the prompt is does not matter: the slots are preallocated)."""
+    `sliding_storage_tokens` (what the prompt is does not matter: the slots are preallocated). `chunk`: the most
+    positions one forward writes per row (default the canvas; 2C where a commit folds into a compiled step)."""
+    chunk = chunk or canvas_length
     per_row = 0
     for layer in _layers(text_config, dtype_bytes):
         if layer.window is None:
-            tokens = context_tokens + canvas_length
+            tokens = context_tokens + chunk
         else:
-            tokens = sliding_storage_tokens(layer.window, context_tokens, canvas_length)
+            tokens = sliding_storage_tokens(layer.window, context_tokens, chunk)
         per_row += layer.kv_bytes * tokens
     return batch_size * per_row
 
@@ -310,7 +313,8 @@ def estimate_decode_peak(
     `attn_implementation="eager"` adds materialised attention scores (large for long prompts).
     `whole_step` (`model.compile=step`): a compiled step runs the power-of-two bucket of rows at or above the
     batch (`models.slot_cache.bucket`; the padding rows are free rows it computes), so the cache, the logits
-    and the activations are those of the bucket; its draw is `draw_whole` (pass logits_factor=3).
+    and the activations are those of the bucket; its draw is `draw_whole` (pass logits_factor=3); a commit folds
+    into its step, so a forward writes 2C positions per row (the cache's chunk: rings of window - 1 + 2C).
     """
     if batch_size < 1 or context_tokens < 1:
         raise ValueError(f"batch_size and context_tokens must be >= 1, got {batch_size} and {context_tokens}")
@@ -325,7 +329,7 @@ def estimate_decode_peak(
         b = bucket(batch_size)
     row = c * tc.vocab_size * 4
     u = b * row
-    kv = kv_cache_bytes(tc, b, context_tokens, c, dtype_bytes)
+    kv = kv_cache_bytes(tc, b, context_tokens, c, dtype_bytes, 2 * c if whole_step else c)
     window = kv_bytes_per_token(tc, dtype_bytes)[2]
     sliding_keys = min(context_tokens, window - 1) if window else None
     step = forward_activation_bytes(tc, b, c, context_tokens, dtype_bytes, attn_implementation, sliding_keys)

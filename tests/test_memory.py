@@ -173,24 +173,28 @@ def test_kv_bytes_per_token_by_hand():
     assert kv_bytes_per_token(big_tc, 2) == (5 * 2 * 2 * 512 * 2, 25 * 2 * 8 * 256 * 2, 1024)
 
 
+@pytest.mark.parametrize("compile", [False, "step"])
 @pytest.mark.parametrize("prompt", [40, 10])
-def test_kv_estimate_matches_the_measured_cache(prompt):
+def test_kv_estimate_matches_the_measured_cache(prompt, compile):
     """The adapter's slot cache after a prefill and three commits: full layers hold context + C slots per row,
-    sliding layers a ring of min(context, window - 1) + C, exactly what the estimate says."""
+    sliding layers a ring of min(context, window - 1) + C, exactly what the estimate says; under compile=step
+    (commits fold into the step: 2C positions per forward) context + 2C and min(context, window - 1) + 2C."""
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from models.tiny import char_tokenizer
 
     c, b = 16, 2
     cfg = small_config(canvas=c)
     tc = text_config_of(cfg)
-    adapter = DiffusionGemmaAdapter.from_model(_tiny_model(cfg), char_tokenizer())
+    adapter = DiffusionGemmaAdapter.from_model(_tiny_model(cfg), char_tokenizer(), compile=compile)
+    chunk = 2 * c if compile else c
     prompts = [[5 + (i + j) % 50 for j in range(prompt - i)] for i in range(b)]
     state = adapter.prefill(prompts, adapter.open(b), grow=3 * c)
     for _ in range(3):
         state = adapter.commit(state, torch.randint(3, 500, (b, c)))
     context = prompt + 3 * c
     assert state.lengths == [context - i for i in range(b)]
-    assert state.cache.nbytes() == kv_cache_bytes(tc, b, context, c, 4)
+    assert state.cache.max_chunk == chunk
+    assert state.cache.nbytes() == kv_cache_bytes(tc, b, context, c, 4, chunk)
     assert state.cache.bytes_moved == 0  # reserved at admission: the cache never grew
 
 
@@ -272,10 +276,12 @@ def test_estimate_terms_and_phases(big):
 
 def test_a_compiled_step_is_planned_at_its_bucket_of_rows(big):
     """`model.compile=step` computes the power-of-two bucket at or above the batch: batch 5 costs what batch 8
-    costs (cache, logits, activations), and the message says so."""
+    costs (cache, logits, activations), and the message says so. Its cache is sized for forwards of 2C positions
+    per row (a commit folds into the step)."""
     cfg, params = big
     five = estimate_decode_peak(cfg, 5, 4096, 256, 2, 3.0, prompt_tokens=512, parameters=params, whole_step=True)
-    eight = estimate_decode_peak(cfg, 8, 4096, 256, 2, 3.0, prompt_tokens=512, parameters=params)
+    eight = estimate_decode_peak(cfg, 8, 4096, 256, 2, 3.0, prompt_tokens=512, parameters=params, whole_step=True)
+    assert five.kv_cache == kv_cache_bytes(text_config_of(cfg), 8, 4096, 256, 2, chunk=512)
     assert (five.kv_cache, five.logits, five.activations, five.total) == (
         eight.kv_cache,
         eight.logits,
