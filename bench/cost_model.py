@@ -305,7 +305,7 @@ class Knobs:
     spread: float = 0.0  # rows' contexts uniform in [ctx (1 - spread), ctx], the longest at ctx: planned/floor
     # attend each row's own (mean ctx (1 - spread (B - 1) / 2B)); current/generate pad every row to the longest
     # slots the cache holds per row (a run reserves prompt + max_new_tokens at admission); None: just the context.
-    # `compiled` attends all of them (its full layers span the capacity), the eager engine only up to the longest row
+    # neither engine attends them: both attend up to the longest row (`compiled`: rounded up to its span quantum)
     capacity: int | None = None
 
 
@@ -524,14 +524,21 @@ class Model:
     def _v_compiled(self, gpu: GPU, b: int, context: int) -> dict:
         """The engine with `model.compile=step` on CUDA (`mode="reduce-overhead"`): the step's graph as traced
         (`harness.step_graph`) over its power-of-two bucket of rows, its elementwise ops fused by inductor's rules
-        (`bench.fusion`), replayed as one CUDA graph; full layers attend every slot of the cache (the capacity:
-        context + 2C here). Commits fold into the step (`WholeStep.with_commit`): on a step where some rows stopped
+        (`bench.fusion`), replayed as one CUDA graph; full layers attend the slots up to the longest row, rounded
+        up to `SPAN_QUANTUM` (a dynamic size: what the cache reserves beyond it costs nothing). Commits fold into the step (`WholeStep.with_commit`): on a step where some rows stopped
         the step before (each with probability TPF / C, independently), their re-encode runs as a bucket of k more
         entries of the same graph. Expected over the binomial count of committing rows; one launch per step."""
         from models.slot_cache import bucket
 
+        from harness.step_graph import SPAN_QUANTUM
+
         rows = bucket(b)
-        held = max(context, self.knobs.capacity or 0)
+        c = self.real["canvas_length"]
+        # full layers attend up to the longest row's canvas end, rounded up to the span quantum, within the cache
+        # (`WholeStep.span_of`); the traces hold context + 2C slots, so the attention is fit at span - 2C
+        reserved = max(context, self.knobs.capacity or 0) + 2 * c
+        span = min(reserved, -(-(context + c) // SPAN_QUANTUM) * SPAN_QUANTUM)
+        held = max(context, span - 2 * c)
         p = 1.0 / self.steps_per_canvas()
         weights: dict[int, float] = {}
         for k in range(b + 1):  # commit entries per step: the bucket of the committing rows' count (0: none)
@@ -549,7 +556,7 @@ class Model:
         meta = {
             "weight_reads": {k: len(a1["embed"].get(k, [])) for k in ("lm_head", "selfcond")},
             "bucket_rows": rows,
-            "slots_attended": held,
+            "slots_attended": max(span, context + 2 * c),
             "kernels": sum(f.get("kernels", 0) for f in parts.values()),
             "commit_events_per_step": events,
             "commit_bucket_rows": sum(kb * q for kb, q in weights.items()) / events if events else 0.0,

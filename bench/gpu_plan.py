@@ -499,8 +499,8 @@ def _compiled_twin(model):
 def whole_step_call(adapter, b: int, k: int = 0):
     """`model.compile=step`'s graph function over b prefilled rows and its arguments (a steady-state step:
     self-conditioning on every row), with rows 0..k-1 committing a canvas in the same forward (`WholeStep.joint`;
-    k a bucket). The cache holds exactly context + 2C slots per row: the graph's full layers attend every slot, so
-    its attention work follows the capacity (rows padded to the longest)."""
+    k a bucket). The cache holds exactly context + 2C slots per row, all of which the graph's full layers attend
+    (rows padded to the longest; `bench.cost_model` rescales them to the span a real run attends)."""
     from harness.step_graph import WholeStep
     from samplers.config import EntropyBoundConfig
 
@@ -914,7 +914,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--experts-per-canvas", type=float, default=None, help="calibrate routing (report: ~84)")
     p.add_argument("--spread", type=float, default=0.0, help="rows' contexts uniform in [ctx (1-spread), ctx]")
     p.add_argument(
-        "--capacity", type=_parse_context, default=None, help="slots reserved per row (compiled attends all; 32k)"
+        "--capacity", type=_parse_context, default=None, help="slots reserved per row (32k; attended by neither engine)"
     )
     p.add_argument("--launch-us", type=float, default=None, help="eager host cost per kernel (default 5)")
     p.add_argument("--graph-node-us", type=float, default=None, help="device gap per kernel in a graph (default 0)")

@@ -46,6 +46,9 @@ from samplers.fast_draw import draw_whole
 # (1..64 rows) times up to 7 commit buckets times a few capacities in a long run, and every instance of a class
 # shares its function's graphs (dynamo's default: 8)
 GRAPHS_PER_FUNCTION = 256
+# the full layers attend the slots up to the longest row rounded up to this (`WholeStep.span_of`): at most this much
+# padding per row, and on CUDA one graph capture per multiple of it (4 canvases at the released C = 256)
+SPAN_QUANTUM = 1024
 
 
 def allow_graphs() -> None:
@@ -91,13 +94,17 @@ class WholeStep:
         compile: bool = True,
         backend: str | Callable = "inductor",
         mode: str | None = None,
+        span_quantum: int = SPAN_QUANTUM,
     ):
         self.adapter, self.cfg = adapter, cfg
         self.sample = torch_sampling(draw_whole)
         self._cache = None
         self._position_keys: torch.Tensor | None = None  # streams.position_keys: an input, not built in the graph
+        self._slot_range: torch.Tensor | None = None  # arange(span): the span as an input's (dynamic) size
+        self.span_quantum = span_quantum
         self.graphs = 0  # graphs compiled (one per bucket, commit bucket and cache capacity; a recompile counts)
         self.shapes: set[tuple[int, int, int]] = set()  # the (bucket, commit bucket or 0, cache capacity) run
+        self.spans: set[int] = set()  # the full layers' attended spans run (one graph for all)
         self.folds = bool(getattr(adapter, "commit_folds", False))
         self.fn, self.fn_joint = self.step, self.joint
         self.static = compile and mode == "reduce-overhead"
@@ -187,27 +194,50 @@ class WholeStep:
 
         if self._position_keys is None or self._position_keys.shape[0] != c:
             self._position_keys = streams.position_keys(c, dev)
-        args = (canvas, history, logits, on_device(sc_rows, torch.bool), on_device(lengths), on_device(highest))
-        args += (keys, temperature, self._position_keys)
-        if commit is None:
-            return (*args, cache.keys, cache.values)
-        ids = commit[0]
         starts = [state.lengths[r] for r in committing] + [lengths[r] + c for r in pads]
         tops = [highest[r] for r in committing] + [max(highest[r], lengths[r] + 2 * c - 1) for r in pads]
-        ids = torch.cat([ids, torch.full((k - n, c), self.adapter.pad_id, dtype=ids.dtype, device=dev)])
+        span = self.span_of(max(highest + tops) + 1, cache.capacity)
+        if self._slot_range is None or self._slot_range.shape[0] != span:
+            self._slot_range = torch.arange(span, device=dev)
+        self.spans.add(span)
+        # one graph for every span below the capacity (CUDA: a capture each), one at it (a contiguous slice)
+        torch._dynamo.maybe_mark_dynamic(self._slot_range, 0)
+        args = (canvas, history, logits, on_device(sc_rows, torch.bool), on_device(lengths), on_device(highest))
+        args += (keys, temperature, self._position_keys, self._slot_range)
+        if commit is None:
+            return (*args, cache.keys, cache.values)
+        ids = torch.cat([commit[0], torch.full((k - n, c), self.adapter.pad_id, dtype=commit[0].dtype, device=dev)])
         return (*args, ids, on_device(committing + pads), on_device(starts), on_device(tops), cache.keys, cache.values)
 
-    def step(self, canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, ck, cv):
-        """The graph: pure tensor code over static shapes; returns `StepOutput`'s fields as a tuple."""
-        return self._forward(canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, ck, cv)
+    def span_of(self, top: int, capacity: int) -> int:
+        """Slots the full layers attend when the highest position any row holds after the step is top - 1: up to
+        it, rounded up to `span_quantum` (so a CUDA graph is captured per quantum, not per step), within the
+        cache. What the cache reserves beyond that (a run's max_new_tokens) costs no attention."""
+        return min(capacity, -(-top // self.span_quantum) * self.span_quantum)
+
+    def step(self, canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, span, ck, cv):
+        """The graph: pure tensor code over static shapes (but the attended span); `StepOutput`'s fields as a tuple."""
+        args = (canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, span, ck, cv)
+        return self._forward(*args)
 
     def joint(
-        self, canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, *commit_and_cache
+        self,
+        canvas,
+        history,
+        logits,
+        sc_rows,
+        starts,
+        highest,
+        keys,
+        temperature,
+        position_keys,
+        span,
+        *commit_and_cache,
     ):
         """The graph of a step with a commit folded in: `StepOutput`'s fields, then the commit entries' hidden
         states (k, C, H)."""
         ids, rows, cstarts, chighest, ck, cv = commit_and_cache
-        args = (canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, ck, cv)
+        args = (canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, span, ck, cv)
         return self._forward(*args, commit=(ids, rows, cstarts, chighest))
 
     def _forward(
@@ -221,6 +251,7 @@ class WholeStep:
         keys,
         temperature,
         position_keys,
+        slot_range,
         cache_keys,
         cache_values,
         commit=None,
@@ -237,10 +268,11 @@ class WholeStep:
         hidden = dec.self_conditioning(embeds, soft)
         offsets = torch.arange(c, device=canvas.device)
         positions = starts[:, None] + offsets
-        spans = {t: cache.slots_of(t) for t in set(cache.layer_types)}
+        # sliding layers attend their ring, full layers the slots up to the span (`span_of`: a dynamic size)
+        spans = {t: cache.slots_of(t) if cache.is_sliding_type(t) else slot_range.shape[0] for t in cache.layer_types}
         masks = cache.block_masks_at(starts, highest, c, a.dtype, spans)
         if commit is None:
-            slots = cache.canvas_slots(starts, c)
+            slots = cache.canvas_slots(starts, c, spans=spans)
         else:  # k more entries: the causal re-encode of finished canvases (transformers' encoder text forward)
             ids, rows, cstarts, chighest = commit
             hidden = torch.cat([hidden, a.model.model.encoder.language_model.embed_tokens(ids)])
@@ -248,7 +280,7 @@ class WholeStep:
             causal = cache.causal_masks_at(cpos, chighest, a.dtype, spans)
             masks = {t: JointMask(masks[t], causal[t], rows) for t in masks}
             every = torch.cat([torch.arange(b, device=rows.device), rows])
-            slots = cache.canvas_slots(torch.cat([starts, cstarts]), c, every, whole=True)
+            slots = cache.canvas_slots(torch.cat([starts, cstarts]), c, every, whole=True, spans=spans)
             positions = torch.cat([positions, cpos])
         slots.keys, slots.values = cache_keys, cache_values
         hidden = a._decoder_layers(hidden, positions, masks, slots)

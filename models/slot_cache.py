@@ -210,14 +210,20 @@ class SlotCache:
         return k[self._rows, :, :span], v[self._rows, :, :span]
 
     def canvas_slots(
-        self, starts: torch.Tensor, n: int, rows: torch.Tensor | None = None, whole: bool = False
+        self,
+        starts: torch.Tensor,
+        n: int,
+        rows: torch.Tensor | None = None,
+        whole: bool = False,
+        spans: dict | None = None,
     ) -> CanvasSlots:
         """The writes of a block of n positions after each row's context (rows 0..b-1, or slot rows `rows` (b,);
         `starts` (b,) on the device), as a cache object of pure tensor code that a compiled graph creates inside.
-        `whole`: the layers get the whole buffers back (a `models.slot_attention.JointMask` says who reads what)."""
+        `whole`: the layers get the whole buffers back (a `models.slot_attention.JointMask` says who reads what);
+        `spans[t]`: the first slots a layer of type t attends (default all)."""
         pos = starts[:, None] + torch.arange(n, device=starts.device)
         slots = {t: torch.remainder(pos, self.ring) if self.is_sliding_type(t) else pos for t in set(self.layer_types)}
-        return CanvasSlots(self.keys, self.values, self.layer_types, slots, rows, whole)
+        return CanvasSlots(self.keys, self.values, self.layer_types, slots, rows, whole, spans)
 
     def move(self, src: int, dst: int) -> None:
         """Row `src`'s slots become row `dst`'s (the end of a run packs its last rows down, so that a step stops
@@ -283,17 +289,21 @@ class CanvasSlots:
         slots: dict,
         rows: torch.Tensor | None = None,
         whole: bool = False,
+        spans: dict | None = None,
     ):
         self.keys, self.values, self.layer_types, self.slots, self.rows = keys, values, layer_types, slots, rows
-        self.whole = whole
+        self.whole, self.spans = whole, spans or {}
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        slots = self.slots[self.layer_types[layer_idx]]
+        t = self.layer_types[layer_idx]
+        slots = self.slots[t]
         b, n = slots.shape
         rows = torch.arange(b, device=slots.device) if self.rows is None else self.rows
         k, v = self.keys[layer_idx], self.values[layer_idx]
         k[rows[:, None].expand(b, n), :, slots] = key_states.transpose(1, 2).to(k.dtype)
         v[rows[:, None].expand(b, n), :, slots] = value_states.transpose(1, 2).to(v.dtype)
+        if t in self.spans:  # the slots attended: a view of the first ones
+            k, v = k[:, :, : self.spans[t]], v[:, :, : self.spans[t]]
         if self.whole:
             return k, v
         return (k[:b], v[:b]) if self.rows is None else (k[self.rows], v[self.rows])

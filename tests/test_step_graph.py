@@ -226,3 +226,31 @@ def test_a_commit_folded_into_the_step_equals_commit_then_step(adapter_factory, 
             slots = sorted({p % modulus for p in range(start, start + c)})
             torch.testing.assert_close(new[r][:, slots], old[r][:, slots], atol=1e-3, rtol=1e-3)
     assert step.graphs == 1 and step.shapes == {(b, len(rows) if len(rows) != 3 else 4, cache.capacity)}
+
+
+@pytest.mark.slow
+def test_the_attended_span_follows_the_longest_row_in_one_graph(adapter_factory, windowed_dir):
+    """The full layers attend the slots up to the longest row (rounded up to `span_quantum`), not the whole cache:
+    three steps with a commit between them attend three spans, each compiled step equal to the eager step, and one
+    graph serves every span below the capacity (the span is a dynamic size); the last span is the whole cache, where
+    the slice is contiguous, a guard of its own (a second graph)."""
+    adapter = adapter_factory(windowed_dir)
+    cfg = EntropyBoundConfig()
+    c, b = adapter.canvas_length, 2
+    eager, ours = _inputs(adapter, b, cfg), _inputs(adapter, b, cfg)
+    step = WholeStep(adapter, cfg, span_quantum=4)
+    capacity = ours["state"].cache.capacity
+    sc_rows = [False] * b
+    for _ in range(3):
+        e = _eager_step(adapter, cfg, sc_rows=sc_rows, **eager)
+        temperature = cfg.temperatures(ours["keys"][2])
+        o = step(ours["state"], ours["canvas"], ours["history"], ours["logits"], sc_rows, ours["keys"], temperature)
+        torch.testing.assert_close(ours["logits"], eager["logits"], atol=LOGITS_ATOL, rtol=0)
+        for name in ("canvas", "argmax", "history", "finished", "kept", "keep"):
+            assert torch.equal(getattr(o, name), getattr(e, name)), name
+        for i in (eager, ours):  # both commit the same canvases: every row's context grows by C
+            adapter.commit(i["state"], e.argmax.clone())
+    assert ours["state"].cache.capacity == capacity  # reserved at the prefill: no new buffers
+    longest = max(_inputs(adapter, b, cfg)["state"].lengths)
+    assert step.spans == {-(-(longest + c * (n + 1)) // 4) * 4 for n in range(3)}, step.spans
+    assert max(step.spans) == capacity and step.graphs == 2
