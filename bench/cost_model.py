@@ -255,9 +255,7 @@ def fit_parts(p1: dict, p2: dict, x1: float, x2: float, x: float) -> dict[str, d
     return out
 
 
-def bilinear_parts(
-    p31: dict, p32: dict, p21: dict, b: float, k: float, b0: int = 3
-) -> dict[str, dict[str, float]]:
+def bilinear_parts(p31: dict, p32: dict, p21: dict, b: float, k: float, b0: int = 3) -> dict[str, dict[str, float]]:
     """v(B, k) = v(b0,1) + (B-b0) [v(b0,1) - v(b0-1,1)] + (k-1) [v(b0,2) - v(b0,1)] (batch rows, committing rows;
     the arguments are v(b0,1), v(b0,2) and v(b0-1,1))."""
     out = {}
@@ -266,9 +264,7 @@ def bilinear_parts(
         out[part] = {
             f: max(
                 0.0,
-                a.get(f, 0.0)
-                + (b - b0) * (a.get(f, 0.0) - d.get(f, 0.0))
-                + (k - 1) * (c.get(f, 0.0) - a.get(f, 0.0)),
+                a.get(f, 0.0) + (b - b0) * (a.get(f, 0.0) - d.get(f, 0.0)) + (k - 1) * (c.get(f, 0.0) - a.get(f, 0.0)),
             )
             for f in FIELDS
         }
@@ -516,21 +512,19 @@ class Model:
             p = {key: self.agg("joint_step", key, context)["parts"] for key in ("2,1", "2,2", "1,1")}
             parts = bilinear_parts(p["2,1"], p["2,2"], p["1,1"], rows, k, b0=2)
             trace, key = "joint_step", "1,1"
-        parts.setdefault("moe", {f: 0.0 for f in FIELDS})["weights"] += self.expert_bytes(
-            trace, key, context, rows + k
-        )
+        parts.setdefault("moe", {f: 0.0 for f in FIELDS})["weights"] += self.expert_bytes(trace, key, context, rows + k)
         return parts
 
     def _v_compiled(self, gpu: GPU, b: int, context: int) -> dict:
         """The engine with `model.compile=step` on CUDA (`mode="reduce-overhead"`): the step's graph as traced
         (`harness.step_graph`) over its power-of-two bucket of rows, its elementwise ops fused by inductor's rules
         (`bench.fusion`), replayed as one CUDA graph; full layers attend the slots up to the longest row, rounded
-        up to `SPAN_QUANTUM` (a dynamic size: what the cache reserves beyond it costs nothing). Commits fold into the step (`WholeStep.with_commit`): on a step where some rows stopped
-        the step before (each with probability TPF / C, independently), their re-encode runs as a bucket of k more
-        entries of the same graph. Expected over the binomial count of committing rows; one launch per step."""
-        from models.slot_cache import bucket
-
+        up to `SPAN_QUANTUM` (a dynamic size: what the cache reserves beyond it costs nothing). Commits fold into
+        the step (`WholeStep.with_commit`): on a step where some rows stopped the step before (each with
+        probability TPF / C, independently), their re-encode runs as a bucket of k more entries of the same graph.
+        Expected over the binomial count of committing rows; one launch per step."""
         from harness.step_graph import SPAN_QUANTUM
+        from models.slot_cache import bucket
 
         rows = bucket(b)
         c = self.real["canvas_length"]

@@ -863,6 +863,15 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
             if row:
                 payload["compiled"].append({**row, "mode": mode})
         say(table(payload["compiled"], COMPILED_COLUMNS))
+        b = max(cfg.compiled_batches, default=0)
+        if b and time.perf_counter() - t0 <= cfg.deadline_s:  # a step with a third of its rows committing
+            fold = guarded(
+                f"compiled fold batch {b}",
+                lambda: step_graph.compare_fold(adapter, b, max(1, b // 3), cfg.repeats, mode),
+            )
+            if fold:
+                payload["compiled_fold"] = [{**fold, "mode": mode}]
+                say(table(payload["compiled_fold"], list(fold)))
 
     phase("loop", loops)
     phase("compiled", compiled)

@@ -493,7 +493,9 @@ def _compiled_twin(model):
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from models.tiny import char_tokenizer
 
-    return DiffusionGemmaAdapter.from_model(model, char_tokenizer(), name="gpu-plan-twin", eos_token_ids=[1], compile="step")
+    return DiffusionGemmaAdapter.from_model(
+        model, char_tokenizer(), name="gpu-plan-twin", eos_token_ids=[1], compile="step"
+    )
 
 
 def whole_step_call(adapter, b: int, k: int = 0):
@@ -512,7 +514,7 @@ def whole_step_call(adapter, b: int, k: int = 0):
     step = WholeStep(adapter, cfg, compile=False)
     canvas = torch.randint(0, v, (b, c), generator=torch.Generator().manual_seed(b))
     history = torch.full((cfg.stability_steps, b, c), -1, dtype=torch.long)
-    logits = torch.zeros(b, c, v)
+    logits = torch.zeros(b, c, v, dtype=adapter.dtype)  # the engine's workspace under compile=step
     keys = torch.tensor([list(range(b)), [0] * b, [3] * b], dtype=torch.long)
     commit = None
     if k:
@@ -899,7 +901,8 @@ def print_report(results: dict[str, Any], prof: dict[str, Any], knobs: Knobs) ->
                 f"goal (our step within 15% of the floor) at B={r['batch']}, 8k: compiled {x:.2f}x -> "
                 f"{'meets' if x <= 1.15 else 'misses'} (eager {v['current']['x_floor']:.2f}x; its parts at their "
                 f"own rooflines, one kernel after another: {v['floor']['serial_ms'] / v['floor']['total_ms']:.2f}x; "
-                f"commits folded into {c['commit_events_per_step']:.2f} of its steps, {c['commit_bucket_rows']:.1f} entries each)"
+                f"commits folded into {c['commit_events_per_step']:.2f} of its steps, "
+                f"{c['commit_bucket_rows']:.1f} entries each)"
             )
     print("\nRoofline numbers are arithmetic, not measurements; `make gpu-check` measures on a GPU.")
 

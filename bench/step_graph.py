@@ -7,8 +7,9 @@ processed logits (compiled - eager; the tokens drawn are compared too). One step
 decoder layers, LM head and sampler step, on prefilled rows; the eager step is the engine's (`denoise`, then
 `sampler_step` with the CPU draw), the compiled one is `WholeStep`'s graph plus its host bookkeeping.
 
-And the commit (the causal re-encode of 3 of 8 rows' canvases) eager vs compiled (`harness.commit_graph`): host
-ops, wall time, graphs, the largest difference of the hidden states.
+And a step in which 3 of 8 rows commit (the causal re-encode of their finished canvases): eager, as two graphs
+(commit, then step) and as one (`WholeStep.with_commit`, the compiled engine): host ops, wall time, graphs, the
+largest differences of the logits and the committed hidden states.
 
     python -m bench.step_graph [--quick]
 """
@@ -128,39 +129,84 @@ def _explain(whole, state, canvas, history, logits, keys, temperature, b):
         return torch._dynamo.explain(whole.step)(*args)
 
 
-def compare_commit(adapter, b: int, k: int, repeats: int) -> dict[str, Any]:
-    """k of b rows commit (scattered rows): the eager causal re-encode (`adapter.encode_canvas`) vs the compiled
-    commit (`harness.commit_graph`, a bucket of k rows). Re-encoding the same canvases rewrites the same slots,
-    so every repeat does the same work."""
+def compare_fold(adapter, b: int, k: int, repeats: int, mode: str | None = None) -> dict[str, Any]:
+    """A step in which k of b rows (scattered) commit the canvas they finished: eager (`adapter.encode_canvas`,
+    then `denoise` and `sampler_step`: the eager engine), as two graphs (`harness.commit_graph.WholeCommit`, then
+    `WholeStep`: the compiled engine before commits folded into steps) and as one (`WholeStep.with_commit`).
+    Re-encoding the same canvases rewrites the same slots, so every repeat does the same work. `mode`: as
+    `compare`'s."""
     from harness.commit_graph import WholeCommit
+    from harness.sampler_step import sampler_step, torch_sampling
+    from harness.step_graph import WholeStep
+    from models.diffusion_gemma import DiffusionGemmaAdapter
     from samplers.config import EntropyBoundConfig
+    from samplers.fast_draw import draw_fast
 
+    adapter = DiffusionGemmaAdapter.from_model(adapter.model, adapter.tokenizer, eos_token_ids=[1], compile="step")
     cfg = EntropyBoundConfig()
-    e_state, *_ = _setup(adapter, b, cfg)
-    c_state, *_ = _setup(adapter, b, cfg)
+    c = adapter.canvas_length
+    states = {name: _setup(adapter, b, cfg) for name in ("eager", "two", "one")}
+    keys = states["eager"][4]
     rows = list(range(b - 1, -1, -max(1, b // k)))[:k]
-    canvas = torch.randint(
-        3, adapter.vocab_size, (k, adapter.canvas_length), generator=torch.Generator().manual_seed(k)
-    )
-    whole = WholeCommit(adapter)
+    commit = torch.randint(3, adapter.vocab_size, (k, c), generator=torch.Generator().manual_seed(k))
+    sc_rows = [r not in rows for r in range(b)]
+    temperature = cfg.temperatures(keys[2])
+    start = states["eager"][3].clone()
+    draw = torch_sampling(draw_fast)
+    commit_graph, step_graph = WholeCommit(adapter, mode=mode), WholeStep(adapter, cfg, mode=mode)
 
+    def moved(state, sign: int) -> None:  # the committed rows' lengths, after (+1) or back before (-1) the commit
+        for r in rows:
+            state.lengths[r] += sign * c
+
+    @torch.no_grad()
     def eager():
-        return adapter.encode_canvas(e_state, canvas, rows)
+        state, canvas, history, logits, _ = states["eager"]
+        logits.copy_(start)
+        hidden = adapter.encode_canvas(state, commit, rows)
+        moved(state, 1)
+        masks = adapter.canvas_masks(state, c, b)
+        x = adapter.denoise(state, canvas, masks, logits, sc_rows, out=logits)
+        out = sampler_step(cfg, draw, x, temperature, adapter.softcap, keys, canvas, history, adapter.vocab_size)
+        moved(state, -1)
+        return out, hidden
 
-    def compiled():
-        return whole(c_state, canvas, rows)
+    def two():
+        state, canvas, history, logits, _ = states["two"]
+        logits.copy_(start)
+        hidden = commit_graph(state, commit, rows)
+        moved(state, 1)
+        out = step_graph(state, canvas, history, logits, sc_rows, keys, temperature)
+        moved(state, -1)
+        return out, hidden
+
+    def one():
+        state, canvas, history, logits, _ = states["one"]
+        logits.copy_(start)
+        return step_graph.with_commit(state, canvas, history, logits, sc_rows, keys, temperature, commit, rows)
 
     t0 = time.perf_counter()
-    got = compiled()  # compiles
+    two()
+    one()  # compiles
     compile_s = time.perf_counter() - t0
-    ref = eager()
+    (ref, ref_hidden), (got, got_hidden) = eager(), one()
+    ops = {name: host_ops(fn) for name, fn in (("eager", eager), ("two", two), ("one", one))}
+    times = interleaved({"eager": eager, "two": two, "one": one}, repeats=repeats, device=str(adapter.device))
     return {
         "batch": b,
         "committing": k,
-        **_side_by_side(eager, compiled, repeats),
+        "eager_host_ops": ops["eager"],
+        "two_graphs_host_ops": ops["two"],
+        "folded_host_ops": ops["one"],
+        "eager_ms": 1e3 * median(times["eager"]),
+        "two_graphs_ms": 1e3 * median(times["two"]),
+        "folded_ms": 1e3 * median(times["one"]),
+        "speedup": median(times["eager"]) / median(times["one"]),
         "compile_s": compile_s,
-        "graphs": whole.graphs,
-        "max_hidden_diff": float((got - ref).abs().max()),
+        "graphs": commit_graph.graphs + step_graph.graphs,
+        "max_logits_diff": float((states["one"][3] - states["eager"][3]).abs().max()),
+        "max_hidden_diff": float((got_hidden - ref_hidden).abs().max()),
+        "same_tokens": bool(torch.equal(got.canvas, ref.canvas) and torch.equal(got.argmax, ref.argmax)),
     }
 
 
@@ -175,7 +221,7 @@ def run(quick: bool = False, out_dir: str | None = None, quiet: bool = False) ->
     batches = [1] if quick else [1, 8]
     with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):  # fused kernels show as profiler ops
         rows = [compare(adapter, b, repeats=2 if quick else 10) for b in batches]
-        commits = [compare_commit(adapter, 8, 3, repeats=2 if quick else 10)]
+        commits = [compare_fold(adapter, 8, 3, repeats=2 if quick else 10)]
     payload = {"bench": "step_graph", "machine": info, "model": str(mid), "rows": rows, "commits": commits}
     path = write_json("step_graph", payload, **({"out_dir": out_dir} if out_dir else {}))
     if not quiet:
@@ -209,11 +255,15 @@ def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
         for r in p["rows"]
     ]
     commits = [
-        row(
-            r,
-            f"commit {r['committing']} of B={r['batch']}",
-            f"compile {r['compile_s']:.0f}s, hidden diff {r['max_hidden_diff']:.1e}",
-        )
+        {
+            "bench": "step_graph",
+            "setting": f"step + commit {r['committing']} of B={r['batch']} mid model",
+            "reference": f"{r['eager_ms']:.1f}ms {r['eager_host_ops']} ops",
+            "ours": f"{r['folded_ms']:.1f}ms {r['folded_host_ops']} ops",
+            "ratio": r["speedup"],
+            "note": f"one graph (two: {r['two_graphs_ms']:.1f}ms {r['two_graphs_host_ops']} ops), logits diff "
+            f"{r['max_logits_diff']:.1e}, hidden diff {r['max_hidden_diff']:.1e}, same tokens {r['same_tokens']}",
+        }
         for r in p.get("commits", [])
     ]
     return steps + commits

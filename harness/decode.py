@@ -83,17 +83,27 @@ class _Logits:
     Torch path: one float32 (B, C, V) tensor: the LM head writes the raw logits into it, softcap and
     temperature run in place, and it is the next step's self-conditioning input (`sc` is `raw`).
     Fused path: `raw` in the model dtype plus `sc` in the model dtype, which the kernel writes while it
-    reads `raw` (the next forward reads `sc` before the LM head overwrites `raw`)."""
+    reads `raw` (the next forward reads `sc` before the LM head overwrites `raw`).
+    Compiled step (`dtype` = the model's): one tensor that only carries the processed logits to the next step's
+    self-conditioning, which casts them to the model dtype first (as transformers does): stored in that dtype,
+    the same values at half the bytes of float32."""
 
-    def __init__(self, c: int, v: int, device: torch.device, fused_dtype: torch.dtype | None):
-        self.shape, self.device, self.fused_dtype = (c, v), device, fused_dtype
-        self.raw = self.sc = torch.empty(0, c, v, device=device)
+    def __init__(
+        self,
+        c: int,
+        v: int,
+        device: torch.device,
+        fused_dtype: torch.dtype | None,
+        dtype: torch.dtype = torch.float32,
+    ):
+        self.shape, self.device, self.fused_dtype, self.dtype = (c, v), device, fused_dtype, dtype
+        self.raw = self.sc = torch.empty(0, c, v, dtype=dtype, device=device)
         self.capacity = 0
 
     def grow(self, b: int) -> None:
         """Grow to `b` rows (only while the first rows are admitted; later admissions refill freed rows)."""
         old_sc = self.sc
-        self.raw = torch.empty(b, *self.shape, dtype=self.fused_dtype or torch.float32, device=self.device)
+        self.raw = torch.empty(b, *self.shape, dtype=self.fused_dtype or self.dtype, device=self.device)
         fused = self.fused_dtype is not None
         self.sc = torch.empty(b, *self.shape, dtype=self.fused_dtype, device=self.device) if fused else self.raw
         self.sc[: old_sc.shape[0]].copy_(old_sc)
@@ -205,7 +215,8 @@ class BlockDiffusionDecoder(LockstepDecoding):
         state = masks = None
         canvas = torch.empty((0, c), dtype=torch.long, device=dev)
         history = torch.full((cfg.stability_steps, 0, c), -1, dtype=torch.long, device=dev)
-        logits = _Logits(c, v, dev, model.dtype if self.fused else None)
+        workspace = model.dtype if self._whole is not None else torch.float32
+        logits = _Logits(c, v, dev, model.dtype if self.fused else None, workspace)
         verifying_on = cfg.verify != "off"
         sample = fused_sampling(logits.sc) if self.fused else torch_sampling(self._draw)
         sc_rows: list[bool] = []

@@ -126,8 +126,9 @@ class WholeStep:
     ) -> StepOutput:
         """One step over rows 0..b-1 of `state` (b = canvas.shape[0], a bucket; the cache holds at least b rows).
 
-        `logits` (b, C, V) float32 is the workspace: read as the previous step's processed logits (rows with
-        `sc_rows[i]`), written with this step's processed logits (the next step's self-conditioning input)."""
+        `logits` (b, C, V), float32 or the model dtype (what self-conditioning casts it to), is the workspace: read
+        as the previous step's processed logits (rows with `sc_rows[i]`), written with this step's processed
+        logits (the next step's self-conditioning input)."""
         args = self.graph_args(state, canvas, history, logits, sc_rows, keys, temperature)
         return StepOutput(*self._run(state, args, canvas.shape, None, self.fn))
 

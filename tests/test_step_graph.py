@@ -254,3 +254,32 @@ def test_the_attended_span_follows_the_longest_row_in_one_graph(adapter_factory,
     longest = max(_inputs(adapter, b, cfg)["state"].lengths)
     assert step.spans == {-(-(longest + c * (n + 1)) // 4) * 4 for n in range(3)}, step.spans
     assert max(step.spans) == capacity and step.graphs == 2
+
+
+def test_a_model_dtype_workspace_gives_the_float32_workspace_results(windowed_dir):
+    """The compiled step's logits workspace only feeds the next step's self-conditioning, which casts it to the
+    model dtype first: kept in bf16 (what the engine does under compile=step) it holds exactly the float32
+    workspace's values cast, and two self-conditioned steps give the same tokens, at half the bytes."""
+    from models.diffusion_gemma import DiffusionGemmaAdapter
+
+    adapter = DiffusionGemmaAdapter(str(windowed_dir), dtype="bfloat16", eos_token_ids=[1])
+    cfg = EntropyBoundConfig()
+    b = 2
+    step = WholeStep(adapter, cfg, compile=False)
+    runs = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        i = _inputs(adapter, b, cfg)
+        i["logits"] = i["logits"].to(dtype)
+        sc_rows, outs = [False] * b, []
+        for _ in range(2):
+            o = step(
+                i["state"], i["canvas"], i["history"], i["logits"], sc_rows, i["keys"], cfg.temperatures(i["keys"][2])
+            )
+            outs.append((o.canvas, o.argmax, o.kept))
+            i["canvas"], i["history"], sc_rows = o.canvas, o.history, [True] * b
+            i["keys"] = i["keys"] + torch.tensor([[0], [0], [1]])
+        runs[dtype] = (outs, i["logits"])
+    (f_outs, f_ws), (h_outs, h_ws) = runs[torch.float32], runs[torch.bfloat16]
+    for a, b_ in zip(f_outs, h_outs, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b_, strict=True))
+    assert h_ws.dtype == torch.bfloat16 and torch.equal(h_ws, f_ws.to(torch.bfloat16))
