@@ -1,8 +1,10 @@
 """The commit (the causal re-encode of finished canvases into their rows' slots) as one compiled graph per bucket.
 
-Why: `model.compile=step` runs each denoising step as one graph (`harness.step_graph`), but a commit eagerly is an
-encoder forward of thousands of small ops (about 4,600 kernels at the released 30 layers), each a few microseconds
-of host time on a GPU, and its element-wise work unfused. At B = 32 a commit happens on most steps.
+Why: under `model.compile=step` a commit usually folds into the next step's graph (`harness.step_graph`,
+`WholeStep.with_commit`); where it cannot (the model's encoder layers are not its decoder's, a packing move needs
+the rows committed first, a verification needs the hidden states at once) it runs as this graph, since eagerly it
+is an encoder forward of thousands of small ops (about 4,600 kernels at the released 30 layers), each a few
+microseconds of host time on a GPU, and its element-wise work unfused.
 
 What makes the shapes static:
 - the committing rows are padded to a power-of-two bucket with rows that do not commit. A padding row re-encodes

@@ -4,8 +4,9 @@
     -> every step, for every row: denoise -> softcap + temperature -> draw -> accept (+remask)
        -> re-noise the rest -> adaptive stop
     -> a row whose canvas stopped commits it (re-encodes it into the cache) and starts the next canvas
-       on the very next step; a row whose sequence ended (EOS / stop string / length) leaves the batch
-       and its result is yielded at once, and a queued request takes its place.
+       on the very next step (under `model.compile=step` the re-encode runs inside that step's forward,
+       `WholeStep.with_commit`: the weights are read once for both); a row whose sequence ended (EOS / stop
+       string / length) leaves the batch and its result is yielded at once, and a queued request takes its place.
     (`sampler.verify`: the commit's forward also verifies the canvas against the same weights' AR mode, which
      keeps the agreed prefix and the AR token after it: self-speculative / routed decoding, harness.canvas_verify)
 
@@ -20,7 +21,8 @@ small packed tensor; with `sampler.stream_after_stable`, each row's stable prefi
 random number is a pure function of (sample seed, canvas, step, position, stream) (`samplers.streams`),
 so a sample's random numbers do not depend on its batch, its neighbours, when it was admitted, or a resume;
 its logits do, by the rounding of batch-shaped kernels (what that changes: README, Reproducibility).
-The only full-size tensor is one float32 logits workspace (B x C x V): the LM head writes into it,
+The only full-size tensor is one float32 logits workspace (B x C x V; the model dtype under `model.compile=step`,
+where it only feeds self-conditioning): the LM head writes into it,
 softcap and temperature run in place, the draw reads it in cache-sized blocks, and it is the next
 step's self-conditioning input (`make bench` measures the extra memory in units of that tensor).
 

@@ -18,4 +18,4 @@ def test_commits_and_admissions_write_only_the_new_kv_and_copy_nothing(tmp_path)
         assert e["written_bytes"] == e["new_kv_bytes"] > 0, e["event"]
         assert e["copied_bytes"] == 0, (e["event"], e["copy_ops"])
         assert e["before_copied_per_new"] > 2  # what the right-aligned cache copied, for comparison
-        assert e["gqa_expand_bytes"] > 0  # the counter sees reads of the slots (sdpa's grouped-head expansion)
+        assert e["gqa_expand_bytes"] == 0  # grouped heads stacked along the queries: no repeat_kv copy of the slots
