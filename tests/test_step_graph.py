@@ -283,3 +283,25 @@ def test_a_model_dtype_workspace_gives_the_float32_workspace_results(windowed_di
     for a, b_ in zip(f_outs, h_outs, strict=True):
         assert all(torch.equal(x, y) for x, y in zip(a, b_, strict=True))
     assert h_ws.dtype == torch.bfloat16 and torch.equal(h_ws, f_ws.to(torch.bfloat16))
+
+
+@pytest.mark.slow
+def test_a_pending_commit_is_run_before_its_row_moves(adapter_factory, tiny_diffusion_dir):
+    """A folded commit waits for the next step; if the queue is empty and a lower row just left, its row is packed
+    down first, so the commit runs on its own before the move (the commit graph). Never-confident model: both rows
+    finish their first canvas on the same step, one ends there and the other commits and moves to row 0. Tokens,
+    NFE and accept counts equal the eager engine's."""
+    results, decoders = {}, {}
+    for name, kw in (("eager", {}), ("step", {"compile": "step"})):
+        adapter = adapter_factory(tiny_diffusion_dir, **kw)
+        dec = decoders[name] = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
+        reqs = [
+            GenerationRequest("short", adapter.encode("hi"), seed=1, max_new_tokens=8),
+            GenerationRequest("long", adapter.encode("a longer one"), seed=2, max_new_tokens=24),
+        ]
+        results[name] = {r.sample_id: r for r in dec.stream(reqs, batch_size=2)}
+    for sid, res in results["eager"].items():
+        got = results["step"][sid]
+        assert (got.token_ids, got.nfe, got.accepted_per_step) == (res.token_ids, res.nfe, res.accepted_per_step)
+    assert decoders["step"]._commit_graph.graphs == 1  # the commit before the move ran on its own
+    assert any(k for _, k, _ in decoders["step"]._whole.shapes)  # the later commits folded
