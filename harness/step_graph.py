@@ -9,8 +9,10 @@ accept, remask, re-noise, stop) are all in it; the host keeps only its bookkeepi
 What makes the shapes static:
 - rows are padded up to a power-of-two bucket (`bucket`): padding rows are free rows (length 0, no
   self-conditioning, keys 0) whose results nobody reads, as the free rows of an eager step are;
-- every layer attends over all slots of the preallocated cache (`models.slot_cache`: rows x capacity, a ring
-  on sliding layers), with masks built in the graph from the rows' lengths, so no shape follows a context;
+- the sliding layers attend their whole ring, the full layers the first `span` slots of the preallocated cache
+  (`models.slot_cache`), with masks built in the graph from the rows' lengths. The span follows the longest row
+  (rounded up to `SPAN_QUANTUM`) as a dynamic size, so one graph serves every span below the capacity (a second,
+  at the capacity, where the slice is contiguous) and what a run reserves ahead costs no attention;
 - self-conditioning runs for every row and a per-row flag selects it (`torch.where`), instead of a host list;
 - the draw is `draw_whole` (no threads, no Python loops).
 A graph is therefore compiled per (bucket, cache capacity); the capacity grows by doubling, rarely.
@@ -164,7 +166,11 @@ class WholeStep:
         out = replay(self, args, (args[2], *cache.keys, *cache.values), fn)  # canvas, history: copied in
         per_row = sum(2 * t.shape[1] * c * t.shape[3] * t.element_size() for t in cache.keys)
         cache.bytes_written += (b + len(rows or [])) * per_row
-        cache.bytes_gathered += sum(2 * k * t[0].numel() * t.element_size() for t in cache.keys)
+        span = self._slot_range.shape[0]  # what the commit entries gather of their rows, per layer
+        cache.bytes_gathered += sum(
+            2 * k * t.shape[1] * (t.shape[2] if cache.is_sliding_type(lt) else span) * t.shape[3] * t.element_size()
+            for t, lt in zip(cache.keys, cache.layer_types, strict=True)
+        )
         return out
 
     def graph_args(self, state, canvas, history, logits, sc_rows, keys, temperature, commit=None) -> tuple:
