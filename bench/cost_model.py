@@ -541,7 +541,7 @@ class Model:
         parts: dict = {}
         for kb, q in weights.items():
             f = self._step_graph_parts(rows, kb, context)
-            if held != context:  # the graph's full layers attend every slot the cache holds
+            if held != context:  # the full layers' span is past the traced context + 2C
                 f["attention"] = self._step_graph_parts(rows, kb, held)["attention"]
             for name, x in f.items():
                 self._add(parts, name, x, q)
