@@ -29,7 +29,7 @@ test: venv tiny-models  ## the whole test suite, then lint (CI runs this)
 	@command -v slurmctld >/dev/null || echo "WARNING: slurm-wlm/munge missing: the Slurm tests were skipped (apt-get install -y slurm-wlm munge, as root)"
 	$(MAKE) --no-print-directory lint
 
-test-fast: venv  ## the edit-test loop (~60 s on 2 cores, two workers): every test except those marked slow, sandbox, gpu or slurm
+test-fast: venv  ## the edit-test loop (~65 s on 2 cores, two workers): every test except those marked slow, sandbox, gpu or slurm
 	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not sandbox and not gpu and not slurm"
 
 lint: venv  ## ruff: lint (incl. import order) and format check; config in pyproject.toml
