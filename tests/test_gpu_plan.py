@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from bench import gpu_plan
+from bench import gpu_plan, op_trace
 from bench.cost_model import AR, DIFFUSION, GPUS, Knobs, Model, gpu_spec, touched_fraction
 
 CTX = (1024, 8192, 32768)
@@ -56,7 +56,7 @@ def test_lm_head_matmuls_counted_from_the_running_denoise(twins):
     adapter = twins["adapter"]
     text = adapter.config.text_config
     lt = ["sliding" if t == "sliding_attention" else "full" for t in text.layer_types]
-    prof_shapes = gpu_plan.Tracer(adapter.model, lt, set(), text.top_k_experts)
+    prof_shapes = op_trace.Tracer(adapter.model, lt, set(), text.top_k_experts)
     c = adapter.canvas_length
     for b in (1, 3):
         counter = _HeadMatmuls(adapter.model.lm_head.weight)
@@ -184,7 +184,7 @@ def test_shape_only_trace_matches_computed(twins):
     lt = ["sliding" if t == "sliding_attention" else "full" for t in text.layer_types]
     recs = []
     for compute in (False, True):
-        tracer = gpu_plan.Tracer(small.model, lt, set(), text.top_k_experts, compute=compute)
+        tracer = op_trace.Tracer(small.model, lt, set(), text.top_k_experts, compute=compute)
         t = gpu_plan.trace_denoise(small, tracer, 1)
         recs.append(sorted((r["op"], r["part"], str(r["ins"]), str(r["outs"]), r["count"]) for r in t["records"]))
     assert recs[0] == recs[1]
