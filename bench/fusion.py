@@ -1,8 +1,8 @@
 """What a compiled graph moves: an inductor-like fusion of a traced op sequence (pure Python, no torch).
 
-`bench.gpu_plan` records every aten op of one eager call of the whole compiled step (`harness.step_graph`) with
-the storage each tensor lives in. `fuse` then marks which of those tensors a compiled graph would actually move
-through memory, by the rules inductor follows:
+`bench.op_trace` (for `bench.gpu_plan`) records every aten op of one eager call of the whole compiled step
+(`harness.step_graph`) with the storage each tensor lives in. `fuse` then marks which of those tensors a compiled
+graph would actually move through memory, by the rules inductor follows:
 
 - matmuls, grouped matmuls, attention and the ops inductor does not generate code for (`EXTERN`) are kernels of
   their own that read every input and write every output;
