@@ -147,7 +147,9 @@ class DiffusionGemmaAdapter:
     def open(self, rows: int, canvas_length: int | None = None, positions: int = 0) -> ContextState:
         """An empty batch state of `rows` slot rows for canvases of `canvas_length` (the model's by default),
         room for `positions` per row (it grows if needed). Prompts are encoded in canvas-sized chunks, so a
-        sliding layer's ring holds window - 1 + C slots, what transformers' sliding cache holds during a step."""
+        sliding layer's ring holds window - 1 + C slots, what transformers' sliding cache holds during a step;
+        under `compile=step` with commits folded into steps a forward writes 2C positions per row (the commit and
+        the next canvas), so chunks and the ring's extra are 2C."""
         text = self.config.get_text_config(decoder=True)
         c = canvas_length or self.canvas_length
         chunk = c
