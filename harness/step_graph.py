@@ -78,6 +78,13 @@ def replay(graph, args: tuple, in_place: tuple, fn: Callable | None = None):
     return out
 
 
+def canvas_starts(state, b: int, c: int, committing: list[int]) -> list[int]:
+    """Where rows 0..b-1's canvases start this step: after each context, and for a row committing its last canvas in
+    the step (`WholeStep.with_commit`) after that canvas."""
+    taken = set(committing)
+    return [n + c if r in taken else n for r, n in enumerate(state.lengths[:b])]
+
+
 class WholeStep:
     """One compiled denoising step per bucket over an adapter's model (`models.diffusion_gemma`) and a sampler.
 
@@ -159,8 +166,8 @@ class WholeStep:
 
     def _run(self, state, args: tuple, shape, rows: list[int] | None, fn) -> tuple:
         (b, c), cache = shape, state.cache
-        starts = [n + c if r in (rows or ()) else n for r, n in enumerate(state.lengths[:b])]
-        cache.note_writes(list(range(b)), starts, c)  # the graph writes the canvas K/V (and the commit's)
+        # the graph writes the canvas K/V (and the commit's)
+        cache.note_writes(list(range(b)), canvas_starts(state, b, c, rows or []), c)
         k = bucket(len(rows)) if rows else 0
         self.shapes.add((b, k, cache.capacity))
         out = replay(self, args, (args[2], *cache.keys, *cache.values), fn)  # canvas, history: copied in
@@ -181,15 +188,13 @@ class WholeStep:
         cache = self._cache = state.cache
         if b != bucket(b) or cache.rows < b:
             raise ValueError(f"a whole step runs a bucket of rows within the cache's {cache.rows} rows, got {b}")
-        lengths = list(state.lengths[:b])
         committing = [] if commit is None else list(commit[1])
         n, k = len(committing), bucket(len(committing)) if committing else 0
         if k > b or len(set(committing)) != n or any(r >= b for r in committing):
             raise ValueError(f"a commit of {n} distinct rows of the step's {b} pads to {k} entries")
         if commit is not None and cache.max_chunk < 2 * c:
             raise ValueError(f"a commit folded into a step writes {2 * c} positions per row: open the state so")
-        for r in committing:  # the canvas starts where the canvas it commits ends
-            lengths[r] += c
+        lengths = canvas_starts(state, b, c, committing)
         taken = set(committing)
         pads = [r for r in range(b) if r not in taken][: k - n]  # their re-encode of pad tokens: after their canvas
         cache.reserve(max([m + c for m in lengths] + [lengths[r] + 2 * c for r in pads]))  # before the handover
@@ -222,30 +227,17 @@ class WholeStep:
         cache. What the cache reserves beyond that (a run's max_new_tokens) costs no attention."""
         return min(capacity, -(-top // self.span_quantum) * self.span_quantum)
 
-    def step(self, canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, span, ck, cv):
-        """The graph: pure tensor code over static shapes (but the attended span); `StepOutput`'s fields as a tuple."""
-        args = (canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, span, ck, cv)
+    def step(self, *args):
+        """The graph (`_forward`'s arguments): pure tensor code over static shapes but the attended span;
+        `StepOutput`'s fields as a tuple."""
         return self._forward(*args)
 
-    def joint(
-        self,
-        canvas,
-        history,
-        logits,
-        sc_rows,
-        starts,
-        highest,
-        keys,
-        temperature,
-        position_keys,
-        span,
-        *commit_and_cache,
-    ):
-        """The graph of a step with a commit folded in: `StepOutput`'s fields, then the commit entries' hidden
-        states (k, C, H)."""
-        ids, rows, cstarts, chighest, ck, cv = commit_and_cache
-        args = (canvas, history, logits, sc_rows, starts, highest, keys, temperature, position_keys, span, ck, cv)
-        return self._forward(*args, commit=(ids, rows, cstarts, chighest))
+    def joint(self, *args):
+        """The graph of a step with a commit folded in (`_forward`'s arguments, the commit's ids, rows, starts and
+        highest positions before the slot buffers): `StepOutput`'s fields, then the commit entries' hidden states
+        (k, C, H)."""
+        *step_args, ids, rows, cstarts, chighest, ck, cv = args
+        return self._forward(*step_args, ck, cv, commit=(ids, rows, cstarts, chighest))
 
     def _forward(
         self,

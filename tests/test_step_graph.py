@@ -48,6 +48,14 @@ def _eager_step(adapter, cfg, state, canvas, history, logits, sc_rows, keys):
     )
 
 
+def _assert_same_step(o, e, ours: dict, eager: dict, where=None) -> None:
+    """A compiled step's output `o` against the eager step's `e`: the processed logits (each side's workspace)
+    within LOGITS_ATOL, the tokens, history, stop flags and accepted positions equal."""
+    torch.testing.assert_close(ours["logits"], eager["logits"], atol=LOGITS_ATOL, rtol=0)
+    for name in ("canvas", "argmax", "history", "finished", "kept", "keep"):
+        assert torch.equal(getattr(o, name), getattr(e, name)), (where, name)
+
+
 def _explain(adapter, b: int):
     cfg = EntropyBoundConfig()
     step = WholeStep(adapter, cfg, compile=False)
@@ -92,9 +100,7 @@ def test_the_compiled_step_matches_the_eager_step(adapter_factory, request, fixt
         e = _eager_step(adapter, cfg, sc_rows=sc_rows, **eager)
         temperature = cfg.temperatures(ours["keys"][2])
         o = compiled(ours["state"], ours["canvas"], ours["history"], ours["logits"], sc_rows, ours["keys"], temperature)
-        torch.testing.assert_close(ours["logits"], eager["logits"], atol=LOGITS_ATOL, rtol=0)
-        for name in ("canvas", "argmax", "history", "finished", "kept", "keep"):
-            assert torch.equal(getattr(o, name), getattr(e, name)), (step, name)
+        _assert_same_step(o, e, ours, eager, step)
         torch.testing.assert_close(o.mean_entropy, e.mean_entropy, atol=1e-5, rtol=1e-5)
         for i in (eager, ours):
             i["canvas"], i["history"] = e.canvas.clone(), e.history.clone()
@@ -212,9 +218,7 @@ def test_a_commit_folded_into_the_step_equals_commit_then_step(adapter_factory, 
     o, hidden = step.with_commit(*args, committed, rows)
     adapter.advance(ours["state"], rows, [c] * len(rows), hidden)
 
-    torch.testing.assert_close(ours["logits"], eager["logits"], atol=LOGITS_ATOL, rtol=0)
-    for name in ("canvas", "argmax", "history", "finished", "kept", "keep"):
-        assert torch.equal(getattr(o, name), getattr(e, name)), name
+    _assert_same_step(o, e, ours, eager)
     torch.testing.assert_close(hidden, hidden_ref, atol=LOGITS_ATOL, rtol=0)
     assert ours["state"].lengths == eager["state"].lengths
     assert ours["state"].cache.written == eager["state"].cache.written
@@ -245,9 +249,7 @@ def test_the_attended_span_follows_the_longest_row_in_one_graph(adapter_factory,
         e = _eager_step(adapter, cfg, sc_rows=sc_rows, **eager)
         temperature = cfg.temperatures(ours["keys"][2])
         o = step(ours["state"], ours["canvas"], ours["history"], ours["logits"], sc_rows, ours["keys"], temperature)
-        torch.testing.assert_close(ours["logits"], eager["logits"], atol=LOGITS_ATOL, rtol=0)
-        for name in ("canvas", "argmax", "history", "finished", "kept", "keep"):
-            assert torch.equal(getattr(o, name), getattr(e, name)), name
+        _assert_same_step(o, e, ours, eager)
         for i in (eager, ours):  # both commit the same canvases: every row's context grows by C
             adapter.commit(i["state"], e.argmax.clone())
     assert ours["state"].cache.capacity == capacity  # reserved at the prefill: no new buffers
