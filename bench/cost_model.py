@@ -21,6 +21,7 @@ These are arithmetic predictions, not measurements.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -80,6 +81,8 @@ VARIANTS = DIFFUSION + AR
 # matmul (1 kernel, 4 views) and one self-conditioning block (slice, cast, softmax, cast, matmul, scale, copy:
 # 6 kernels, 5 views), as traced from that code
 PER_ROW_BLOCK_BYTES = 64 << 20
+# indexed reads: their source costs at most what they pick (`op_cost`)
+GATHER = re.compile(r"aten\.(gather|index|index_select|take|embedding)\b")
 PER_ROW_OPS = {"lm_head": (1, 4), "selfcond": (6, 5)}
 
 
@@ -187,8 +190,11 @@ def op_cost(rec: dict, shapes: Shapes, context: int, wmap: dict[int, int], cmaps
     out_bytes = sum(_numel(s) * b for s, b in outs)
     vocab = shapes.real["vocab_size"]
     cat = "kvcopy" if rec["kvcopy"] else None
+    gather = GATHER.match(rec["op"]) is not None
     for i, (s, b, role, p) in enumerate(ins):
         n = float(_numel(s) * b) * mem_in[i]  # 0: read inside a fused kernel (`bench.fusion`)
+        if gather and i == 0:  # an indexed read loads what it picks (a chunk of each logits row), not its source
+            n = min(n, out_bytes)
         if role == "x" and kind == "gmm":  # expert weights: what the tokens touch, added by the caller
             experts.append((n, rec["tokens_per_row"]))
         elif role in ("w", "e"):

@@ -7,11 +7,12 @@ graph would actually move through memory, by the rules inductor follows:
 - matmuls, grouped matmuls, attention and the ops inductor does not generate code for (`EXTERN`) are kernels of
   their own that read every input and write every output;
 - views move nothing;
-- every other op (pointwise, reductions, casts, gathers, scatters) joins the fused kernel of the op that produced
-  one of its inputs, if that op is in the same run of non-extern ops (a run ends at an extern kernel, so fusing
-  never reorders across one). A fused kernel reads each input from outside it once and writes only what is used
-  outside it, what lives in a buffer that existed before the graph (the K/V slots, the logits workspace), or
-  what nothing reads (the graph's outputs).
+- every other op (pointwise, reductions, casts, gathers, scatters) joins the fused kernels of the ops that produced
+  its inputs, as inductor's scheduler fuses a producer into its consumer, except a kernel that an extern kernel
+  this op needs depends on (fusing would make a cycle): `gelu(x @ Wg) * (x @ Wu)` is one kernel after both
+  matmuls, `softmax(l) @ E` keeps the softmax before the matmul. A fused kernel reads each input from outside it
+  once and writes only what is used outside it, what lives in a buffer that existed before the graph (the K/V
+  slots, the logits workspace), or what nothing reads (the graph's outputs).
 
 This is a model of inductor, not inductor: it reads a large input once where inductor's softmax and reduction
 loops may read it two or three times, and it does not split a run into several kernels where iteration domains
@@ -34,6 +35,14 @@ EXTERN = re.compile(
 
 def is_extern(op: dict) -> bool:
     return op["kind"] in EXTERN_KINDS or bool(EXTERN.match(op["op"]))
+
+
+def _reduces(op: dict) -> bool:
+    """A reduction: fewer output elements than its largest input (a gather picks, it does not reduce)."""
+    if op["op"].startswith(("aten.gather", "aten.index", "aten.embedding", "aten.slice", "aten.select")):
+        return False
+    most = max((math.prod(s) for s, *_ in op["ins"]), default=0)
+    return any(math.prod(s) < most for s, *_ in op["outs"])
 
 
 class _Groups:
@@ -66,27 +75,47 @@ def fuse(ops: list[dict]) -> list[dict]:
     groups = _Groups()
     producer: dict[int, int] = {}  # storage -> the op that last wrote it
     preexisting: set[int] = set()  # storages read before any op of the trace wrote them (weights, buffers)
-    run = 0  # runs of non-extern ops are separated by extern kernels
-    run_of: dict[int, int] = {}
     group: list[int | None] = [None] * len(ops)
     src: list[list[int | None]] = []  # per op, per input: the op that produced it (None: from outside)
+    # bitsets of kernel ids: all kernels an op depends on, and those it depends on through an extern kernel
+    deps: list[int] = [0] * len(ops)
+    through: list[int] = [0] * len(ops)
+    members: dict[int, int] = {}  # a kernel's root -> the bitset of the kernel ids merged into it
+    reduces: dict[int, bool] = {}  # a kernel's root -> whether one of its ops reduces
+    last_run: dict[int, int] = {}  # a kernel's root -> the run (extern kernels seen so far) of its latest op
+    run = 0
     for i, op in enumerate(ops):
         src.append([None if p is None else producer.get(p) for p in op["rd"]])
         for p, s in zip(op["rd"], src[-1], strict=True):
             if p is not None and s is None:
                 preexisting.add(p)
+        inputs = [s for s in src[-1] if s is not None]
+        for s in inputs:
+            deps[i] |= deps[s]
+            through[i] |= deps[s] if group[s] is not None and is_extern(ops[s]) else through[s]
         if op["kind"] == "view":
             continue  # an alias: the storage's producer is unchanged
-        if is_extern(op):  # a run of its own: nothing fuses with it
+        if is_extern(op):  # a kernel of its own: nothing fuses with it
             run += 1
-            group[i], run_of[i] = groups.new(), run
-            run += 1
-        else:
-            mates = [group[s] for s in src[-1] if s is not None and group[s] is not None and run_of[s] == run]
-            g = groups.new() if not mates else mates[0]
-            for m in mates[1:]:
-                g = groups.union(g, m)
-            group[i], run_of[i] = g, run
+            g = groups.new()
+            members[g], reduces[g] = 1 << g, False
+        else:  # joins its producers' kernels: see the module's docstring
+            mates = {groups.find(group[s]) for s in inputs if group[s] is not None and not is_extern(ops[s])}
+            mates = sorted(
+                m for m in mates if not members[m] & through[i] and (last_run[m] == run or not reduces[m])
+            )
+            if mates:
+                g = mates[0]
+                for m in mates[1:]:
+                    bits, red = members.pop(m) | members.pop(g), reduces.pop(m) or reduces.pop(g)
+                    g = groups.union(g, m)
+                    members[g], reduces[g] = bits, red
+            else:
+                g = groups.new()
+                members[g], reduces[g] = 1 << g, False
+            reduces[g] = reduces[g] or _reduces(op)
+        group[i], last_run[g] = g, run
+        deps[i] |= 1 << g
         for p in op["wr"]:
             if p is not None:
                 producer[p] = i

@@ -13,6 +13,7 @@ import torch
 from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.draw import StepDraw
+from samplers.fast_draw import draw_whole
 
 
 @dataclass
@@ -31,6 +32,27 @@ def process_logits(x: torch.Tensor, softcap: float | None, temperature: torch.Te
     if softcap:
         x.div_(softcap).tanh_().mul_(softcap)
     return x.div_(temperature[:, None, None])
+
+
+def processed_logits(x: torch.Tensor, softcap: float | None, temperature: torch.Tensor) -> torch.Tensor:
+    """`process_logits` out of place, in float32: the same ops in the same order, so the same values. `temperature`
+    has x's leading dims ((B,) for (B, C, V), (N, 1) for (N, K) chunks of flat rows)."""
+    y = x.float()
+    if softcap:
+        y = torch.tanh(y / softcap) * softcap
+    return y / temperature.reshape(temperature.shape + (1,) * (x.dim() - temperature.dim()))
+
+
+def graph_sampling(raw: torch.Tensor, canvas: int):
+    """`sample` for a compiled step over the raw (B, C, V) logits `raw` of the model's LM head, called with x =
+    `processed_logits(raw, ...)`: `draw_whole` recomputes the two chunks per position it reads again from `raw`,
+    so x exists only inside the kernel that reads `raw` once and reduces it (see `samplers.fast_draw.draw_whole`)."""
+
+    def sample(x: torch.Tensor, temperature: torch.Tensor, softcap: float | None, u: torch.Tensor) -> StepDraw:
+        rows = temperature.repeat_interleave(canvas)[:, None]  # each flat row's temperature
+        return draw_whole(x, u, raw, lambda chunk: processed_logits(chunk, softcap, rows))
+
+    return sample
 
 
 def torch_sampling(draw):

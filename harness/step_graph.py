@@ -14,7 +14,8 @@ What makes the shapes static:
   (rounded up to `SPAN_QUANTUM`) as a dynamic size, so one graph serves every span below the capacity (a second,
   at the capacity, where the slice is contiguous) and what a run reserves ahead costs no attention;
 - self-conditioning runs for every row and a per-row flag selects it (`torch.where`), instead of a host list;
-- the draw is `draw_whole` (no threads, no Python loops).
+- the draw is `draw_whole` (no threads, no Python loops), over logits processed out of place and read once
+  (`harness.sampler_step.graph_sampling`);
 A graph is therefore compiled per (bucket, cache capacity); the capacity grows by doubling, rarely.
 
 A commit folds into the next step (`with_commit`) where the encoder's layers are the decoder's (tied weights,
@@ -37,12 +38,11 @@ from collections.abc import Callable
 
 import torch
 
-from harness.sampler_step import StepOutput, sampler_step, torch_sampling
+from harness.sampler_step import StepOutput, graph_sampling, processed_logits, sampler_step
 from models.slot_attention import JointMask
 from models.slot_cache import bucket
 from samplers import streams
 from samplers.config import SamplerConfig
-from samplers.fast_draw import draw_whole
 
 # graphs one compiled function may hold: a graph per (bucket, commit bucket, cache capacity), up to 7 buckets
 # (1..64 rows) times up to 7 commit buckets times a few capacities in a long run, and every instance of a class
@@ -106,7 +106,6 @@ class WholeStep:
         span_quantum: int = SPAN_QUANTUM,
     ):
         self.adapter, self.cfg = adapter, cfg
-        self.sample = torch_sampling(draw_whole)
         self._cache = None
         self._position_keys: torch.Tensor | None = None  # streams.position_keys: an input, not built in the graph
         self._slot_range: torch.Tensor | None = None  # arange(span): the span as an input's (dynamic) size
@@ -283,9 +282,12 @@ class WholeStep:
             positions = torch.cat([positions, cpos])
         slots.keys, slots.values = cache_keys, cache_values
         hidden = a._decoder_layers(hidden, positions, masks, slots)
-        x = torch.matmul(hidden[:b], a.model.lm_head.weight.t()).float()
-        v = a.vocab_size
-        out = sampler_step(self.cfg, self.sample, x, temperature, a.softcap, keys, canvas, history, v, position_keys)
-        logits.copy_(x)  # processed in place by the sampler step: the next step's self-conditioning input
+        raw = torch.matmul(hidden[:b], a.model.lm_head.weight.t())  # in the model dtype
+        # softcap and temperature out of place, the next step's self-conditioning input written before the draw's
+        # scans and sorts: one fused kernel reads raw, reduces it for the draw and writes the workspace
+        x = processed_logits(raw, a.softcap, temperature)
+        logits.copy_(x)
+        v, sample = a.vocab_size, graph_sampling(raw, c)
+        out = sampler_step(self.cfg, sample, x, temperature, a.softcap, keys, canvas, history, v, position_keys)
         fields = (out.canvas, out.argmax, out.history, out.finished, out.kept, out.mean_entropy, out.keep)
         return fields if commit is None else (*fields, hidden[b:])

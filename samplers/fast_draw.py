@@ -114,13 +114,19 @@ def _reduce_block(
     return cmax, m.squeeze(-1), csum, shifted.sum(-1)
 
 
-def _gather_chunk(x: torch.Tensor, chunk: torch.Tensor, k: int, fill: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _gather_chunk(
+    x: torch.Tensor, chunk: torch.Tensor, k: int, fill: float, source: tuple | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(N, K) values of chunk `chunk[n]` of each row of x (N, V) (the ragged tail padded with `fill`), and their
-    token ids."""
+    token ids. `source` = (raw (N, V), process): x is process(raw), so the chunk is recomputed from raw."""
     n, v = x.shape
     ids = chunk[:, None] * k + torch.arange(k, device=x.device)[None, :]
     valid = ids < v
-    vals = torch.gather(x, 1, ids.clamp(max=v - 1))
+    if source is None:
+        vals = torch.gather(x, 1, ids.clamp(max=v - 1))
+    else:
+        raw, process = source
+        vals = process(torch.gather(raw, 1, ids.clamp(max=v - 1)))
     return vals.masked_fill(~valid, fill), ids
 
 
@@ -142,13 +148,19 @@ def draw_fast(logits: torch.Tensor, u: torch.Tensor) -> StepDraw:
         torch.set_num_threads(threads)
 
 
-def draw_whole(logits: torch.Tensor, u: torch.Tensor) -> StepDraw:
-    """`draw_fast`'s maths on the whole (B*C, V) tensor in one go: no threads, no Python loops (compiles)."""
+def draw_whole(logits: torch.Tensor, u: torch.Tensor, raw: torch.Tensor | None = None, process=None) -> StepDraw:
+    """`draw_fast`'s maths on the whole (B*C, V) tensor in one go: no threads, no Python loops (compiles).
+
+    `raw` (B, C, V) and `process` (elementwise over (B*C, K) chunks of flat rows): `logits` is process(raw), and the
+    two chunks per position that the argmax and the inverse-CDF search read again are recomputed from `raw`. Then
+    nothing after the reductions reads `logits`, so a compiled graph fuses the processing into them and never
+    writes the processed (B, C, V) tensor (one read of the raw logits per step)."""
     b, c, v = logits.shape
     flat = logits.float().reshape(b * c, v)
     k = min(chunk_size(v), v)
     cmax, rmax, csum, plogp = _reduce_block(flat, k)
-    return _finish(flat, k, cmax, rmax, csum, plogp, u, (b, c))
+    source = None if raw is None else (raw.reshape(b * c, v), process)
+    return _finish(flat, k, cmax, rmax, csum, plogp, u, (b, c), source)
 
 
 def _draw_blocks(logits: torch.Tensor, u: torch.Tensor, workers: int) -> StepDraw:
@@ -186,11 +198,12 @@ def _draw_blocks(logits: torch.Tensor, u: torch.Tensor, workers: int) -> StepDra
     return _finish(flat, k, cmax, rmax, csum, plogp, u, (b, c))
 
 
-def _finish(flat, k, cmax, rmax, csum, plogp, u, shape) -> StepDraw:
-    """From the chunk statistics: argmax, entropy, confidence and the two-level inverse-CDF sample."""
+def _finish(flat, k, cmax, rmax, csum, plogp, u, shape, source: tuple | None = None) -> StepDraw:
+    """From the chunk statistics: argmax, entropy, confidence and the two-level inverse-CDF sample (`source`: see
+    `_gather_chunk`)."""
     # argmax: first chunk holding the row max, then the first max inside it (torch.argmax's tie rule)
     best_chunk = cmax.argmax(-1)
-    vals, ids = _gather_chunk(flat, best_chunk, k, float("-inf"))
+    vals, ids = _gather_chunk(flat, best_chunk, k, float("-inf"), source)
     argmax = ids.gather(1, vals.argmax(-1, keepdim=True)).squeeze(1)
 
     cum = csum.double().cumsum(-1)
@@ -202,7 +215,7 @@ def _finish(flat, k, cmax, rmax, csum, plogp, u, shape) -> StepDraw:
     target = u.reshape(-1).double() * z
     chunk = inverse_cdf(cum, target)
     before = torch.where(chunk > 0, cum.gather(1, (chunk - 1).clamp(min=0)[:, None]).squeeze(1), torch.zeros_like(z))
-    vals, ids = _gather_chunk(flat, chunk, k, float("-inf"))
+    vals, ids = _gather_chunk(flat, chunk, k, float("-inf"), source)
     inner = torch.exp((vals - rmax[:, None]).clamp(min=_MIN_SHIFTED)).double().cumsum(-1)
     pos = inverse_cdf(inner, target - before)
     sampled = ids.gather(1, pos[:, None]).squeeze(1)

@@ -120,6 +120,22 @@ def test_draw_whole_matches_the_blocked_draw():
     torch.testing.assert_close(blocked.entropy, whole.entropy, atol=1e-6, rtol=1e-6)
 
 
+def test_graph_sampling_recomputes_its_chunks_from_the_raw_logits():
+    """A compiled step draws from the raw logits processed out of place (`graph_sampling`): the same draw, bit for
+    bit, as the in-place processing followed by `draw_whole`, with softcap and per-row temperatures (ragged vocab)."""
+    from harness.sampler_step import graph_sampling, process_logits, processed_logits, torch_sampling
+
+    raw = (torch.randn(3, 16, 1000, generator=torch.Generator().manual_seed(8)) * 40).to(torch.bfloat16)
+    temperature, u = torch.tensor([0.7, 1.0, 1.3]), _u((3, 16), 11)
+    processed = processed_logits(raw, 30.0, temperature)
+    assert processed.dtype == torch.float32
+    assert torch.equal(processed, process_logits(raw.float(), 30.0, temperature))
+    ours = graph_sampling(raw, 16)(processed, temperature, 30.0, u)
+    ref = torch_sampling(draw_whole)(raw.float(), temperature, 30.0, u)
+    for name in ("sampled", "argmax", "entropy", "confidence"):
+        assert torch.equal(getattr(ours, name), getattr(ref, name)), name
+
+
 def test_block_pool_path_is_exact_and_batch_invariant(monkeypatch):
     """Force many small blocks through the worker pool: same results as one inline block, per row."""
     logits = torch.randn(2, 16, 256, generator=torch.Generator().manual_seed(5)) * 3

@@ -65,3 +65,34 @@ def test_nothing_fuses_across_an_extern_kernel():
     assert len({o["kernel"] for o in ops}) == 3
     assert ops[0]["mem_out"] == [1]  # read by the sort and by the kernel after it
     assert ops[2]["mem_in"] == [1, 1]
+
+
+def test_a_pointwise_kernel_fuses_into_its_consumer_past_an_independent_matmul():
+    # inductor's schedule of gelu(x @ Wg) * (x @ Wu): one kernel after both matmuls, which reads both outputs
+    # (g 10 -> gelu -> a 11; u 12; a * u -> m 13 -> mm); a reduction's kernel stays before the matmul
+    ops = [
+        op("mm", "mm", [3, 1], [10], [t(8, 4), t(4, 4)], [((8, 4), F32)]),
+        op("gelu", "elt", [10], [11], [t(8, 4)], [((8, 4), F32)]),
+        op("mm", "mm", [3, 2], [12], [t(8, 4), t(4, 4)], [((8, 4), F32)]),
+        op("mul", "elt", [11, 12], [13], [t(8, 4), t(8, 4)], [((8, 4), F32)]),
+        op("mm", "mm", [13, 4], [14], [t(8, 4), t(4, 4)], [((8, 4), F32)]),
+    ]
+    fuse(ops)
+    gelu, mul = ops[1], ops[3]
+    assert gelu["kernel"] == mul["kernel"] and gelu["mem_out"] == [0] and mul["mem_in"] == [0, 1]
+    assert totals(ops)["kernels"] == 4
+    ops[1] = op("sum", "elt", [10], [11], [t(8, 4)], [((8, 1), F32)])  # a row sum instead: its own kernel
+    ops[3] = op("mul", "elt", [11, 12], [13], [t(8, 1), t(8, 4)], [((8, 4), F32)])
+    fuse(ops)
+    assert ops[1]["kernel"] != ops[3]["kernel"] and ops[1]["mem_out"] == [1]
+
+
+def test_a_kernel_never_fuses_past_a_matmul_that_needs_it():
+    # softmax(l) @ E then an add of the softmax: the add cannot join the softmax's kernel (a cycle through the mm)
+    ops = [
+        op("exp", "elt", [3], [10], [t(8, 4)], [((8, 4), F32)]),
+        op("mm", "mm", [10, 1], [11], [t(8, 4), t(4, 4)], [((8, 4), F32)]),
+        op("add", "elt", [10, 11], [12], [t(8, 4), t(8, 4)], [((8, 4), F32)]),
+    ]
+    fuse(ops)
+    assert ops[0]["kernel"] != ops[2]["kernel"] and ops[0]["mem_out"] == [1] and ops[2]["mem_in"] == [1, 1]
