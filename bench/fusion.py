@@ -9,8 +9,9 @@ graph would actually move through memory, by the rules inductor follows:
 - views move nothing;
 - every other op (pointwise, reductions, casts, gathers, scatters) joins the fused kernels of the ops that produced
   its inputs, as inductor's scheduler fuses a producer into its consumer, except a kernel that an extern kernel
-  this op needs depends on (fusing would make a cycle): `gelu(x @ Wg) * (x @ Wu)` is one kernel after both
-  matmuls, `softmax(l) @ E` keeps the softmax before the matmul. A fused kernel reads each input from outside it
+  this op needs depends on (fusing would make a cycle), and past an extern kernel only a kernel without a
+  reduction: `gelu(x @ Wg) * (x @ Wu)` is one kernel after both matmuls, `softmax(l) @ E` keeps the softmax
+  before the matmul, a norm before a matmul stays its own kernel. A fused kernel reads each input from outside it
   once and writes only what is used outside it, what lives in a buffer that existed before the graph (the K/V
   slots, the logits workspace), or what nothing reads (the graph's outputs).
 
@@ -101,9 +102,7 @@ def fuse(ops: list[dict]) -> list[dict]:
             members[g], reduces[g] = 1 << g, False
         else:  # joins its producers' kernels: see the module's docstring
             mates = {groups.find(group[s]) for s in inputs if group[s] is not None and not is_extern(ops[s])}
-            mates = sorted(
-                m for m in mates if not members[m] & through[i] and (last_run[m] == run or not reduces[m])
-            )
+            mates = sorted(m for m in mates if not members[m] & through[i] and (last_run[m] == run or not reduces[m]))
             if mates:
                 g = mates[0]
                 for m in mates[1:]:
