@@ -30,19 +30,26 @@ Needs transformers >= 5.23 (DiffusionGemma); see docs/gpu_check.md to install it
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench.common import interleaved, machine_info, median, print_machine, table, write_json
-from models.expert_counter import ExpertCounter
+from bench.common import machine_info, print_machine, table, write_json
+from bench.gpu_device import is_cuda, memory_gib, reset_peak_memory
+from bench.gpu_engine_runs import (
+    AGREE_COLUMNS,
+    LOOP_COLUMNS,
+    batch_agreement,
+    engine_sampler,
+    loop_overhead,
+    projected_loop_s,
+)
+from bench.gpu_estimates import PLAN_COLUMNS, memory_plan, plan_gpu, versus_plan
+from bench.gpu_step_costs import COMPILED_COLUMNS, FORWARD_COLUMNS, SAMPLER_COLUMNS, forward_costs
 from models.tiny import TINY_VISION  # the vision tower is never run here: a tiny one saves ~0.5B
 
 # google/diffusiongemma-26B-A4B-it text tower (Gemma 4 26B A4B): 30 layers (5 sliding : 1 full), 128 experts top-8,
@@ -67,9 +74,6 @@ FULL_TEXT = dict(
     eos_token_id=1,
     bos_token_id=2,
 )
-# A mean entropy no real distribution goes below: the stop check runs every step but never fires, so every
-# contender of the loop-overhead runs makes the same number of forwards.
-NEVER_STOP = 1e-30
 PHASES = ("forward", "sampler", "agreement", "loop", "compiled")
 
 
@@ -163,539 +167,6 @@ def make_adapter(model, tokenizer, eos_ids: list[int]):
     )
 
 
-def _cuda(device: str) -> bool:
-    return torch.device(device).type == "cuda"
-
-
-def _mem(device: str) -> dict[str, float]:
-    if not _cuda(device):
-        return {}
-    return {
-        "allocated_gib": torch.cuda.memory_allocated() / 2**30,
-        "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-    }
-
-
-def _reset_peak(device: str) -> None:
-    if _cuda(device):
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-
-
-def _timed(fns: dict, repeats: int, device: str, warmup: int = 1) -> dict[str, list[float]]:
-    return interleaved(fns, repeats=repeats, warmup=warmup, device=device)
-
-
-def _prompts(v: int, n: int, lengths: list[int], seed: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, v, (lengths[i],), generator=g).tolist() for i in range(n)]
-
-
-# ---------------------------------------------------------------------------------------------- memory plan
-
-
-def memory_plan(model, cfg: CheckConfig, parameters: int) -> dict[str, Any]:
-    """Which batch sizes fit, from `models.memory`'s estimate of the engine's decode peak (and generate()'s,
-    whose logits temperaries are larger), against the device's memory: free now plus what this process holds
-    (the weights), or `memory_budget_gib`."""
-    from models.memory import DTYPE_BYTES, GIB, estimate_decode_peak, free_memory_bytes, largest_batch_that_fits
-
-    dtype_bytes = DTYPE_BYTES[cfg.dtype]
-    c = model.config.canvas_length
-    if cfg.memory_budget_gib is not None:
-        total, source = int(cfg.memory_budget_gib * GIB), "memory_budget_gib"
-    elif _cuda(cfg.device):
-        total = free_memory_bytes(cfg.device) + torch.cuda.memory_reserved()
-        source = "cuda free + reserved by this process"
-    else:
-        total, source = free_memory_bytes(cfg.device) + parameters * dtype_bytes, "MemAvailable + weights"
-    budget = cfg.headroom * total
-    context_tokens = cfg.context + cfg.canvases * c  # the longest context any phase reaches
-    kw = dict(parameters=parameters, prompt_tokens=cfg.context)
-    rows, notes = [], []
-    for b in sorted(set(cfg.batches) | {cfg.agree_requests}):
-        ours = estimate_decode_peak(model.config, b, context_tokens, c, dtype_bytes, **kw)
-        theirs = estimate_decode_peak(
-            model.config, b, context_tokens, c, dtype_bytes, logits_factor=cfg.generate_logits_factor, **kw
-        )
-        rows.append(
-            {
-                "batch": b,
-                "engine_estimate_gib": ours.total / GIB,
-                "engine_fits": ours.total <= budget,
-                "engine_phase": ours.phase,
-                "generate_estimate_gib": theirs.total / GIB,
-                "generate_fits": theirs.total <= budget,
-            }
-        )
-    fits = {r["batch"]: r for r in rows}
-    batches = [b for b in cfg.batches if fits[b]["engine_fits"]]
-    generate_batches = [b for b in batches if fits[b]["generate_fits"]]
-    for b in cfg.batches:
-        if b not in batches:
-            notes.append(
-                f"batch {b} dropped: estimated {fits[b]['engine_estimate_gib']:.1f} GiB > {budget / GIB:.1f} GiB budget"
-            )
-        elif b not in generate_batches:
-            notes.append(
-                f"generate() at batch {b} skipped: estimated {fits[b]['generate_estimate_gib']:.1f} GiB "
-                f"> {budget / GIB:.1f} GiB budget"
-            )
-    try:
-        largest = largest_batch_that_fits(
-            model.config, context_tokens, c, dtype_bytes, total, max_batch=1024, headroom=cfg.headroom, **kw
-        )
-    except ValueError:
-        largest = 0
-    agree_n = cfg.agree_requests if fits[cfg.agree_requests]["engine_fits"] else min(cfg.agree_requests, largest)
-    if agree_n != cfg.agree_requests:
-        notes.append(f"agreement check with {agree_n} requests: {cfg.agree_requests} do not fit")
-    return {
-        "total_gib": total / GIB,
-        "source": source,
-        "headroom": cfg.headroom,
-        "budget_gib": budget / GIB,
-        "context_tokens": context_tokens,
-        "rows": rows,
-        "batches": batches,
-        "generate_batches": generate_batches,
-        "largest_batch_that_fits": largest,
-        "agree_requests": agree_n,
-        "notes": notes,
-    }
-
-
-# ---------------------------------------------------------------------------------------------- forward costs
-
-
-@torch.no_grad()
-def ar_token_forward(adapter, state, token: torch.Tensor, lm_head: bool = True):
-    """One AR decode step on the cache: a 1-token causal encoder forward that appends to it (`adapter.commit`
-    of a one-token canvas), then, as an AR model's forward does, the LM head over that token (V logits per row),
-    float32 and the final soft cap. Returns (new state, logits or hidden state)."""
-    rows = list(range(token.shape[0]))
-    new = adapter.commit(state, token, rows)
-    if not lm_head:
-        return new, torch.stack([new.last_hidden[r] for r in rows])[:, None]
-    return new, adapter.next_token_logits(new, rows)
-
-
-@torch.no_grad()
-def forward_costs(adapter, b: int, cfg: CheckConfig, fused: bool) -> dict[str, Any]:
-    """`adapter.denoise` (decoder + LM head; without / with self-conditioning) vs one AR token forward (with and
-    without its LM head), on the same cache. The logits buffers are the engine's: model dtype on the fused path,
-    float32 on the torch path."""
-    dev, v, c = cfg.device, adapter.vocab_size, adapter.canvas_length
-    _reset_peak(dev)
-    state = adapter.prefill(_prompts(v, b, [cfg.context] * b, seed=b))
-    canvas = torch.randint(0, v, (b, c), generator=torch.Generator().manual_seed(b)).to(dev)
-    masks = adapter.canvas_masks(state, c)
-    raw = torch.empty(b, c, v, dtype=adapter.dtype if fused else torch.float32, device=dev)
-    with ExpertCounter(adapter.model) as counter:  # hooks only around the counted calls, never the timed ones
-        adapter.denoise(state, canvas, masks, None, out=raw)
-    experts_denoise = counter.summary()["denoise"]
-    if fused:  # the kernel writes the processed logits to a separate model-dtype buffer
-        sc = torch.empty(b, c, v, dtype=adapter.dtype, device=dev)
-        sc.copy_(raw)
-    else:  # the torch path processes the workspace in place and feeds it back
-        sc = raw
-    every = [True] * b
-    times = _timed(
-        {
-            "denoise": lambda: adapter.denoise(state, canvas, masks, None, out=raw),
-            "denoise_selfcond": lambda: adapter.denoise(state, canvas, masks, sc, every, out=raw),
-        },
-        cfg.repeats,
-        dev,
-    )
-    mem_denoise = _mem(dev)
-    sc = raw = None  # free the logits buffers before the AR steps
-    holder = {"state": state}
-    token = torch.randint(3, v, (b, 1), generator=torch.Generator().manual_seed(b + 1)).to(dev)
-
-    def ar_step(head: bool):
-        holder["state"], _ = ar_token_forward(adapter, holder["state"], token, lm_head=head)
-
-    with ExpertCounter(adapter.model) as counter:
-        ar_step(True)  # a one-token causal forward: kind "ar"
-    experts_ar = counter.summary()["ar"]
-    ar = _timed({"ar": lambda: ar_step(True), "ar_no_head": lambda: ar_step(False)}, cfg.repeats, dev)
-    row = {
-        "batch": b,
-        "context": cfg.context,
-        "canvas": c,
-        "logits_dtype": str(adapter.dtype if fused else torch.float32),
-        "denoise_ms": 1e3 * median(times["denoise"]),
-        "denoise_selfcond_ms": 1e3 * median(times["denoise_selfcond"]),
-        "ar_token_ms": 1e3 * median(ar["ar"]),
-        "ar_token_no_head_ms": 1e3 * median(ar["ar_no_head"]),
-    }
-    row["denoise_over_ar"] = row["denoise_ms"] / row["ar_token_ms"]
-    row["denoise_selfcond_over_ar"] = row["denoise_selfcond_ms"] / row["ar_token_ms"]
-    row["denoise_over_ar_no_head"] = row["denoise_ms"] / row["ar_token_no_head_ms"]  # the old, overstated figure
-    row["lm_head_share_of_ar"] = 1.0 - row["ar_token_no_head_ms"] / row["ar_token_ms"]
-    row.update(
-        {
-            # distinct experts per layer (mean over layers) touched by one row's tokens (the report's ~84 of 128
-            # per denoiser forward vs 8 per AR token) and by the whole batch's tokens (what the forward must read)
-            "experts_per_layer_denoise": experts_denoise["per_row"]["mean"],
-            "experts_per_layer_ar": experts_ar["per_row"]["mean"],
-            "experts_per_layer_denoise_batch": experts_denoise["mean"],
-            "experts_per_layer_ar_batch": experts_ar["mean"],
-            "experts_denoise_per_layer": experts_denoise["per_row"]["per_layer_mean"],
-            **{f"denoise_{k}": val for k, val in mem_denoise.items()},
-        }
-    )
-    return row
-
-
-# ---------------------------------------------------------------------------------------------- vs the plan
-
-COMPILED_COLUMNS = [
-    "batch",
-    "eager_host_ops",
-    "compiled_host_ops",
-    "eager_ms",
-    "compiled_ms",
-    "speedup",
-    "compile_s",
-    "graphs",
-    "graph_breaks",
-    "max_logits_diff",
-    "same_tokens",
-]
-PLAN_DENOISE_PARTS = ("attention", "moe", "mlp", "lm_head", "other")  # what `denoise_ms` runs
-PLAN_COLUMNS = ["part", "batch", "context", "plan_context", "measured_ms", "predicted_ms", "measured_over_predicted"]
-
-
-def plan_gpu(name: str | None) -> str | None:
-    """The cost model's GPU (`bench.cost_model.GPUS` key) for a CUDA device name, None for any other device."""
-    from bench.cost_model import GPUS
-
-    return next((key for key in GPUS if name and key in name.lower()), None)
-
-
-def versus_plan(payload: dict[str, Any], plan_path: str | Path) -> list[dict[str, Any]]:
-    """The measured parts beside `make gpu-plan`'s predictions (its JSON, written beforehand on any machine) for
-    this GPU: the forward (decoder + LM head, eager), self-conditioning (denoise_selfcond - denoise), one AR
-    token of the same weights, and the sampler step (the fused kernel: the plan's `sampler` part). The plan's
-    row at the same batch and the nearest context; its GPU-only part times (no host time)."""
-    path = Path(plan_path)
-    key = plan_gpu(payload.get("machine", {}).get("gpu"))
-    if key is None or not path.is_file():
-        return []
-    results = json.loads(path.read_text())["results"].get(key)
-    if not results:
-        return []
-
-    def plan_row(b: int, ctx: int):
-        rows = [r for r in results["rows"] if r["batch"] == b]
-        return min(rows, key=lambda r: abs(r["context"] - ctx)) if rows else None
-
-    def part_ms(variant: dict, parts) -> float:
-        return sum(variant["parts"][p]["ms"] for p in parts if p in variant["parts"])
-
-    out = []
-    for f in payload.get("forward", []):
-        r = plan_row(f["batch"], f["context"])
-        if r is None:
-            continue
-        cur, ar = r["variants"]["current"], r["variants"]["ar_same"]
-        pairs = {
-            "forward": (f["denoise_ms"], part_ms(cur, PLAN_DENOISE_PARTS)),
-            "selfcond": (f["denoise_selfcond_ms"] - f["denoise_ms"], part_ms(cur, ("selfcond",))),
-            "ar_token": (f["ar_token_ms"], ar["gpu_ms"]),
-        }
-        for part, (measured, predicted) in pairs.items():
-            out.append(_vs(part, f["batch"], f["context"], r["context"], measured, predicted))
-    for srow in payload.get("sampler", []):
-        r = plan_row(srow["batch"], 0)
-        if r is None or srow.get("fused_bf16_s") is None:
-            continue
-        predicted = part_ms(r["variants"]["current"], ("sampler",))
-        out.append(_vs("sampler", srow["batch"], None, r["context"], 1e3 * srow["fused_bf16_s"], predicted))
-    return out
-
-
-def _vs(part, b, ctx, plan_ctx, measured: float, predicted: float) -> dict[str, Any]:
-    ratio = measured / predicted if predicted > 0 else float("nan")
-    return {
-        "part": part,
-        "batch": b,
-        "context": ctx,
-        "plan_context": plan_ctx,
-        "measured_ms": measured,
-        "predicted_ms": predicted,
-        "measured_over_predicted": ratio,
-    }
-
-
-# ---------------------------------------------------------------------------------------------- engine runs
-
-
-@contextmanager
-def counting_calls(adapter, calls: Counter, names=("prefill", "denoise", "commit")):
-    """Count the adapter's model calls (instance attributes shadow the methods while counting)."""
-
-    def wrap(name, fn):
-        def call(*a, **k):
-            calls[name] += 1
-            return fn(*a, **k)
-
-        return call
-
-    for name in names:
-        setattr(adapter, name, wrap(name, getattr(adapter, name)))
-    try:
-        yield calls
-    finally:
-        for name in names:
-            delattr(adapter, name)
-
-
-def engine_sampler(cfg: CheckConfig, **knobs):
-    """The harness's default sampler (entropy bound, linear 0.8 -> 0.4, adaptive stop, self-conditioning,
-    draw="fast": the fused kernel on CUDA), with `knobs` changed; `cfg.draw` overrides the draw."""
-    from samplers.config import EntropyBoundConfig
-
-    return EntropyBoundConfig(**knobs, **({"draw": cfg.draw} if cfg.draw else {}))
-
-
-@torch.no_grad()
-def loop_overhead(adapter, cfg: CheckConfig, b: int, with_generate: bool) -> dict[str, Any]:
-    """Wall of `canvases` canvases at `steps` fixed steps each: the engine as the harness runs it vs the bare
-    model calls it makes (the same prefill + denoise + commit calls, self-conditioning buffers included, no
-    sampling) vs transformers' `generate()` at the same batch (its adaptive stop kept from firing)."""
-    from contract.records import GenerationRequest
-    from harness.decode import BlockDiffusionDecoder
-
-    dev, v, c, s, k = cfg.device, adapter.vocab_size, adapter.canvas_length, cfg.steps, cfg.canvases
-    prompts = _prompts(v, b, [cfg.context] * b, seed=7)
-    reqs = [GenerationRequest(f"r{i}", prompts[i], seed=i, max_new_tokens=k * c) for i in range(b)]
-    dec = BlockDiffusionDecoder(adapter, engine_sampler(cfg, max_steps=s, stop_entropy=NEVER_STOP))
-    sc_dtype = adapter.dtype if dec.fused else torch.float32
-
-    def engine():
-        return list(dec.stream(reqs, batch_size=b))
-
-    def bare():
-        state = adapter.prefill(prompts)
-        raw = torch.empty(b, c, v, dtype=sc_dtype, device=dev)
-        sc = torch.zeros(b, c, v, dtype=adapter.dtype, device=dev) if dec.fused else raw
-        canvas = torch.randint(0, v, (b, c), device=dev)
-        every = [True] * b
-        for kk in range(k):
-            masks = adapter.canvas_masks(state, c)
-            for step in range(s):
-                adapter.denoise(state, canvas, masks, sc if step else None, every if step else None, out=raw)
-            if kk < k - 1:
-                state = adapter.commit(state, canvas)
-
-    ids = torch.tensor(prompts, device=dev)
-    unreachable = adapter.vocab_size  # no sampled token ends a row early
-
-    def hf():
-        adapter.model.generate(
-            ids,
-            max_new_tokens=k * c,
-            max_denoising_steps=s,
-            confidence_threshold=NEVER_STOP,
-            pad_token_id=adapter.pad_id,
-            eos_token_id=unreachable,
-        )
-
-    _reset_peak(dev)
-    # one counted run of each contender (also the warm-up: Triton compile, cuBLAS/grouped-mm heuristics)
-    engine_calls, bare_calls = Counter(), Counter()
-    with counting_calls(adapter, engine_calls):
-        results = engine()
-    with counting_calls(adapter, bare_calls):
-        bare()
-    hf_forwards, generate_skipped = 0, None
-    if with_generate:
-
-        def count(*_):
-            nonlocal hf_forwards
-            hf_forwards += 1
-
-        handle = adapter.model.model.decoder.register_forward_pre_hook(count)
-        try:
-            hf()
-        except torch.OutOfMemoryError as e:  # generate() holds far more logits than the engine: keep the rest
-            with_generate, generate_skipped = False, f"out of memory ({str(e).splitlines()[0][:160]})"
-            _reset_peak(dev)
-        finally:
-            handle.remove()
-    fns = {"bare": bare, "engine": engine, **({"generate": hf} if with_generate else {})}
-    times = interleaved(fns, repeats=cfg.loop_repeats, warmup=0, device=dev)
-    base, n_steps = median(times["bare"]), k * s
-    row: dict[str, Any] = {
-        "batch": b,
-        "steps": s,
-        "canvases": k,
-        "sampling": "fused kernel" if dec.fused else f"torch draw_{dec.sampler.draw}",
-        "engine_calls": dict(engine_calls),
-        "calls_match": engine_calls == bare_calls,
-        "nfe_ok": len(results) == b and all(r.nfe == n_steps and r.encoder_forwards == k for r in results),
-        "bare_s": base,
-        "engine_s": median(times["engine"]),
-    }
-    row["engine_overhead"] = row["engine_s"] / base - 1.0
-    row["engine_overhead_ms_per_step"] = 1e3 * (row["engine_s"] - base) / n_steps
-    if generate_skipped:
-        row["generate_skipped"] = generate_skipped
-    if with_generate:
-        row["generate_s"] = median(times["generate"])
-        row["generate_overhead"] = row["generate_s"] / base - 1.0
-        row["generate_overhead_ms_per_step"] = 1e3 * (row["generate_s"] - base) / n_steps
-        row["generate_over_engine"] = row["generate_s"] / row["engine_s"]
-        row["generate_forwards_ok"] = hf_forwards == n_steps
-    row.update(_mem(dev))
-    row["rounds"] = times
-    return row
-
-
-@torch.no_grad()
-def batch_agreement(adapter, cfg: CheckConfig, n: int) -> dict[str, Any]:
-    """The same `n` requests (mixed prompt lengths) decoded one at a time and all together through the engine
-    with the default sampler: share of samples with identical tokens, of identical positions, of equal NFE."""
-    from contract.records import GenerationRequest
-    from harness.decode import BlockDiffusionDecoder
-
-    v, c = adapter.vocab_size, adapter.canvas_length
-    gap = max(1, cfg.context // (2 * n))
-    lengths = [max(1, cfg.context - i * gap) for i in range(n)]
-    prompts = _prompts(v, n, lengths, seed=11)
-    reqs = [GenerationRequest(f"a{i}", prompts[i], seed=100 + i, max_new_tokens=c) for i in range(n)]
-    dec = BlockDiffusionDecoder(adapter, engine_sampler(cfg, max_steps=cfg.agree_max_steps))
-    t0 = time.perf_counter()
-    alone = [list(dec.stream([r], batch_size=1))[0] for r in reqs]
-    t1 = time.perf_counter()
-    together = {r.sample_id: r for r in dec.stream(reqs, batch_size=n)}
-    t2 = time.perf_counter()
-    first = first_step_logits(adapter, reqs)
-    same, positions, same_nfe = [], [], []
-    for a in alone:
-        t = together[a.sample_id]
-        same.append(a.token_ids == t.token_ids)
-        width = max(len(a.token_ids), len(t.token_ids), 1)
-        positions.append(sum(x == y for x, y in zip(a.token_ids, t.token_ids)) / width)
-        same_nfe.append(a.nfe == t.nfe)
-    return {
-        "requests": n,
-        "batch_together": n,
-        "max_steps": cfg.agree_max_steps,
-        "prompt_lengths": lengths,
-        "sampling": "fused kernel" if dec.fused else f"torch draw_{dec.sampler.draw}",
-        "same_tokens_share": sum(same) / n,
-        "same_position_share": sum(positions) / n,
-        "same_nfe_share": sum(same_nfe) / n,
-        "nfe_alone": [a.nfe for a in alone],
-        "nfe_together": [together[a.sample_id].nfe for a in alone],
-        "alone_s": t1 - t0,
-        "together_s": t2 - t1,
-        **first,
-    }
-
-
-@torch.no_grad()
-def first_step_logits(adapter, reqs) -> dict[str, Any]:
-    """The first denoise of every request (its engine-initial canvas, no self-conditioning), in one batch vs
-    alone: the largest raw-logit difference and the share of positions with the same argmax. Separates
-    rounding differences of batch-shaped kernels from what they do to sampled tokens over many steps."""
-    from samplers import streams
-
-    dev, v, c = adapter.device, adapter.vocab_size, adapter.canvas_length
-    seeds = torch.tensor([r.seed for r in reqs], device=dev)
-    zero = torch.zeros_like(seeds)
-    canvas = streams.tokens(seeds, zero, zero, c, v, streams.INIT)  # as BlockDiffusionDecoder._init_canvas
-    state = adapter.prefill([r.prompt_ids for r in reqs])
-    batch = adapter.denoise(state, canvas, adapter.canvas_masks(state, c))
-    del state
-    diff, same_argmax = 0.0, 0.0
-    for i, r in enumerate(reqs):
-        one = adapter.prefill([r.prompt_ids])
-        alone = adapter.denoise(one, canvas[i : i + 1], adapter.canvas_masks(one, c))[0]
-        diff = max(diff, float((alone - batch[i]).abs().max()))
-        same_argmax += float((alone.argmax(-1) == batch[i].argmax(-1)).double().mean()) / len(reqs)
-    return {"first_step_logits_max_abs_diff": diff, "first_step_same_argmax_share": same_argmax}
-
-
-def projected_loop_s(cfg: CheckConfig, b: int, forwards: list[dict], canvas: int, with_generate: bool) -> float:
-    """Rough wall of `loop_overhead` at batch b from the measured denoise time (0 when not measured): every
-    contender run makes canvases x steps denoise calls plus a prefill (~context / canvas denoise-equivalents) and
-    the commits; 1 counted + `loop_repeats` timed runs of 2 or 3 contenders, and 30% for everything else."""
-    row = next((r for r in forwards if r["batch"] == b), None)
-    if row is None:
-        return 0.0
-    per_run = row["denoise_selfcond_ms"] / 1e3 * (cfg.canvases * cfg.steps + cfg.context / canvas + cfg.canvases - 1)
-    return 1.3 * per_run * (1 + cfg.loop_repeats) * (3 if with_generate else 2)
-
-
-# ---------------------------------------------------------------------------------------------- driver
-
-FORWARD_COLUMNS = [
-    "batch",
-    "context",
-    "canvas",
-    "denoise_ms",
-    "denoise_selfcond_ms",
-    "ar_token_ms",
-    "ar_token_no_head_ms",
-    "denoise_over_ar",
-    "denoise_selfcond_over_ar",
-    "denoise_over_ar_no_head",
-    "experts_per_layer_denoise",
-    "experts_per_layer_ar",
-    "experts_per_layer_denoise_batch",
-    "experts_per_layer_ar_batch",
-]
-LOOP_COLUMNS = [
-    "batch",
-    "steps",
-    "canvases",
-    "sampling",
-    "bare_s",
-    "engine_s",
-    "engine_overhead",
-    "engine_overhead_ms_per_step",
-    "generate_s",
-    "generate_overhead",
-    "generate_over_engine",
-    "nfe_ok",
-    "calls_match",
-    "peak_gib",
-]
-AGREE_COLUMNS = [
-    "requests",
-    "max_steps",
-    "sampling",
-    "same_tokens_share",
-    "same_position_share",
-    "same_nfe_share",
-    "first_step_logits_max_abs_diff",
-    "first_step_same_argmax_share",
-    "alone_s",
-    "together_s",
-]
-SAMPLER_COLUMNS = [
-    "batch",
-    "canvas",
-    "vocab",
-    "reference_s",
-    "ours_s",
-    "ours_net_s",
-    "fused_s",
-    "fused_bf16_s",
-    "ratio_of_medians",
-    "fused_ratio_of_medians",
-    "argmax_agree_ours",
-    "argmax_agree_fused",
-    "argmax_agree_fused_bf16",
-    "fused_skipped",
-]
-
-
 def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> dict[str, Any]:
     try:
         from transformers import DiffusionGemmaForBlockDiffusion  # noqa: F401
@@ -709,7 +180,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     from harness.decode import BlockDiffusionDecoder
     from models.tiny import char_tokenizer
 
-    if _cuda(cfg.device) and not torch.cuda.is_available():
+    if is_cuda(cfg.device) and not torch.cuda.is_available():
         raise SystemExit("no CUDA device; use --tiny for the CPU smoke run")
     unknown = set(cfg.phases) - set(PHASES)
     if unknown:
@@ -720,7 +191,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     if not quiet:
         print_machine(info)
     t0 = time.perf_counter()
-    _reset_peak(cfg.device)
+    reset_peak_memory(cfg.device)
     model = build_model(model_config(cfg.tiny), cfg.device, dtype)
     params = sum(p.numel() for p in model.parameters())
     build = {
@@ -728,7 +199,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         "parameters": params,
         "experts_implementation": getattr(model.config, "_experts_implementation", None),
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
-        **_mem(cfg.device),
+        **memory_gib(cfg.device),
     }
     say("build: " + ", ".join(f"{k}={val}" for k, val in build.items()))
     # no EOS id the model can sample: every row runs to max_new_tokens, so every contender makes the same forwards
@@ -802,7 +273,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         except torch.OutOfMemoryError as e:
             payload["skipped"].append(f"{what}: out of memory ({str(e).splitlines()[0][:160]})")
             say(f"note: {payload['skipped'][-1]}")
-            _reset_peak(cfg.device)
+            reset_peak_memory(cfg.device)
             return None
 
     def forwards():
@@ -853,7 +324,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         minutes, so a batch is skipped once the deadline has passed."""
         from bench import step_graph
 
-        mode = "reduce-overhead" if _cuda(cfg.device) else None
+        mode = "reduce-overhead" if is_cuda(cfg.device) else None
         for b in cfg.compiled_batches:
             if time.perf_counter() - t0 > cfg.deadline_s:
                 payload["skipped"].append(f"compiled batch {b}: past the {cfg.deadline_s:.0f}s deadline")
@@ -883,7 +354,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         say(f"note: no cost-model plan at {cfg.plan} to compare with: run `make gpu-plan` first (any machine)")
     payload["complete"] = True
     payload["total_s"] = time.perf_counter() - t0
-    if _cuda(cfg.device):
+    if is_cuda(cfg.device):
         payload["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     path = write_json(name, payload, **dest)
     say(f"total {payload['total_s']:.1f}s; wrote {path}")

@@ -275,8 +275,8 @@ def trace_commit(adapter, tracer: Tracer, b: int, k: int | None) -> dict[str, An
 
 
 def trace_ar_same(adapter, tracer: Tracer, b: int) -> dict[str, Any]:
-    """One AR token of the same weights: `bench.gpu_check.ar_token_forward` (causal encoder + LM head)."""
-    from bench.gpu_check import ar_token_forward
+    """One AR token of the same weights: `bench.gpu_step_costs.ar_token_forward` (causal encoder + LM head)."""
+    from bench.gpu_step_costs import ar_token_forward
 
     v = adapter.vocab_size
     state = adapter.prefill(_prompts(b, TWIN["context"], v, seed=20 + b))

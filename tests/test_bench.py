@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from bench import decode_loop, eval_throughput, gpu_check, sampler_step
+from bench import decode_loop, eval_throughput, gpu_check, gpu_engine_runs, sampler_step
 
 
 def test_sampler_step_bench_tiny(tmp_path):
@@ -179,7 +179,7 @@ def test_gpu_check_skips_loop_batches_projected_past_the_deadline(tmp_path):
     payload = gpu_check.run(cfg, out_dir=str(tmp_path), quiet=True)
     assert [r["batch"] for r in payload["forward"]] == [1, 2] and payload["loop"] == []
     assert len(payload["skipped"]) == 2 and all("deadline" in n for n in payload["skipped"])
-    projected = gpu_check.projected_loop_s(cfg, 2, payload["forward"], 16, with_generate=True)
+    projected = gpu_engine_runs.projected_loop_s(cfg, 2, payload["forward"], 16, with_generate=True)
     row = payload["forward"][1]
     assert projected == pytest.approx(1.3 * row["denoise_selfcond_ms"] / 1e3 * (6 + 8 / 16 + 1) * 2 * 3)
     saved = json.loads((tmp_path / "gpu_check_tiny.json").read_text())

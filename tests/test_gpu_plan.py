@@ -231,7 +231,7 @@ def test_cli_writes_json(prof, tmp_path, monkeypatch, capsys):
     p = gpu_plan.predict("h200", 32, 8192, "planned", prof)
     assert p["total_ms"] == pytest.approx(rows[1]["variants"]["planned"]["total_ms"])
     # `make gpu-check` on an H200 prints its measured parts beside these predictions (none on another device)
-    from bench.gpu_check import PLAN_DENOISE_PARTS, versus_plan
+    from bench.gpu_estimates import PLAN_DENOISE_PARTS, versus_plan
 
     measured = {
         "forward": [
