@@ -95,8 +95,8 @@ PLAN_COLUMNS = ["part", "batch", "context", "plan_context", "measured_ms", "pred
 
 
 def plan_gpu(name: str | None) -> str | None:
-    """The cost model's GPU (`bench.cost_model.GPUS` key) for a CUDA device name, None for any other device."""
-    from bench.cost_model import GPUS
+    """The cost model's GPU (`bench.gpu_specs.GPUS` key) for a CUDA device name, None for any other device."""
+    from bench.gpu_specs import GPUS
 
     return next((key for key in GPUS if name and key in name.lower()), None)
 

@@ -23,7 +23,7 @@ The op shapes and counts come from the code that runs: one real forward of a nar
 (the released layer pattern, 128 experts top-8, head counts, head dims, canvas and 262,144-token vocabulary;
 hidden 72, FFNs 88 / 40, sliding window 24, 37 cached tokens) through the real adapter, under
 `torch.utils.flop_counter.FlopCounterMode` and a `TorchDispatchMode` that records every aten op, the module
-it ran in and its tensor shapes (`bench.cost_model` rescales them to the real widths and contexts). So if
+it ran in and its tensor shapes (`bench.op_costs` rescales them to the real widths and contexts). So if
 `denoise` changes how it runs the LM head, the prediction changes with it. The numbers are arithmetic
 (roofline), not measurements: `bench.gpu_check` measures the same parts on a GPU.
 
@@ -42,7 +42,9 @@ from typing import Any
 import torch
 
 from bench.common import OUT_DIR, write_json
-from bench.cost_model import AR, DIFFUSION, GPU, GPUS, PARTS, REPORT, Knobs, Model, gpu_spec
+from bench.cost_model import AR, DIFFUSION, Knobs, Model
+from bench.gpu_specs import GPU, GPUS, REPORT, gpu_spec
+from bench.op_costs import PARTS
 from bench.op_trace import Tracer
 
 # The twin: every dimension that sets op counts or per-op shapes at real scale is the released one (layers and
@@ -154,7 +156,7 @@ def whole_step_call(adapter, b: int, k: int = 0):
     """`model.compile=step`'s graph function over b prefilled rows and its arguments (a steady-state step:
     self-conditioning on every row), with rows 0..k-1 committing a canvas in the same forward (`WholeStep.joint`;
     k a bucket). The cache holds exactly context + 2C slots per row, all of which the graph's full layers attend
-    (rows padded to the longest; `bench.cost_model` rescales them to the span a real run attends)."""
+    (rows padded to the longest; `bench.op_costs` rescales them to the span a real run attends)."""
     from harness.step_graph import WholeStep
     from samplers.config import EntropyBoundConfig
 
@@ -350,7 +352,7 @@ def build_profile(verbose: bool = False, compute: bool = False, twins: dict | No
     from bench.gpu_check import FULL_TEXT
 
     real = dict(FULL_TEXT, layer_types=layer_types, canvas_length=adapter.canvas_length)
-    from bench.cost_model import Shapes
+    from bench.op_costs import Shapes
 
     shapes = Shapes(twin, real)
     tracer = Tracer(adapter.model, layer_types, shapes.ctx_dims(), text.top_k_experts, compute)
@@ -425,7 +427,7 @@ def predict(
 ) -> dict[str, Any]:
     """Predicted step of `variant` (current / planned / generate / floor / ar_same / ar_gemma4 / ar_mtp /
     ar_floor) at `batch` rows and `context` cached tokens per row on `gpu` ("h100", "h200", "a100" or a
-    `bench.cost_model.GPU`): {"parts": {part: {"flops", "bytes", "ms", ...}}, "dispatch_ms", "total_ms",
+    `bench.gpu_specs.GPU`): {"parts": {part: {"flops", "bytes", "ms", ...}}, "dispatch_ms", "total_ms",
     "tokens_per_s", ...}. For `bench.gpu_check` to print measured vs predicted per part."""
     gpu_knobs = {k: knobs.pop(k) for k in list(knobs) if k in GPU.__dataclass_fields__}
     model = Model(profile_ or profile(), Knobs(**knobs))

@@ -2,7 +2,7 @@
 `FlopCounterMode` and a `TorchDispatchMode` that records every aten op, the module and phase it ran in, its
 tensor shapes, dtypes and storages, and compact the records per (part, layer type, op, shapes).
 
-`bench.cost_model` rescales the records to the real widths and contexts; `bench.fusion` marks what a compiled
+`bench.op_costs` rescales the records to the real widths and contexts; `bench.fusion` marks what a compiled
 graph's fused kernels move (`Tracer.run(..., fused=True)`). Shapes only by default: matmuls and attention return
 zeros of the right shape (`compute=True` runs them too; the same records, tested).
 """

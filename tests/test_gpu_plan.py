@@ -12,7 +12,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from bench import gpu_plan, op_trace
-from bench.cost_model import AR, DIFFUSION, GPUS, Knobs, Model, gpu_spec, touched_fraction
+from bench.cost_model import AR, DIFFUSION, Knobs, Model
+from bench.gpu_specs import GPUS, gpu_spec
+from bench.op_costs import touched_fraction
 
 CTX = (1024, 8192, 32768)
 pytestmark = pytest.mark.slow  # the shared profile traces the twins (1-2 min): `make test`, not the edit-test loop
