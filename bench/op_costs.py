@@ -191,7 +191,7 @@ def _lin(a: float, b: float, x1: float, x2: float, x: float) -> float:
 def fit_parts(p1: dict, p2: dict, x1: float, x2: float, x: float) -> dict[str, dict[str, float]]:
     """Per part and field, the value at batch x on the line through (x1, p1) and (x2, p2)."""
     out = {}
-    for part in set(p1) | set(p2):
+    for part in sorted(set(p1) | set(p2)):  # a fixed order: the same float sums in every run
         a, b = p1.get(part, {}), p2.get(part, {})
         out[part] = {f: max(0.0, _lin(a.get(f, 0.0), b.get(f, 0.0), x1, x2, x)) for f in FIELDS}
     return out
@@ -201,7 +201,7 @@ def bilinear_parts(p31: dict, p32: dict, p21: dict, b: float, k: float, b0: int 
     """v(B, k) = v(b0,1) + (B-b0) [v(b0,1) - v(b0-1,1)] + (k-1) [v(b0,2) - v(b0,1)] (batch rows, committing rows;
     the arguments are v(b0,1), v(b0,2) and v(b0-1,1))."""
     out = {}
-    for part in set(p31) | set(p32) | set(p21):
+    for part in sorted(set(p31) | set(p32) | set(p21)):
         a, c, d = p31.get(part, {}), p32.get(part, {}), p21.get(part, {})
         out[part] = {
             f: max(

@@ -111,6 +111,19 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.modules, self.params, self.compute = modules, params, compute
         self.ops: list[dict] = []
+        self._ids: dict[int, int] = {}  # storage address -> the id of the storage that lives there now
+        self._storages = 0
+
+    def _id(self, t: torch.Tensor, fresh: bool = False) -> int | None:
+        """A storage's id for `bench.fusion`: stable while it lives, new for a fresh allocation (the allocator
+        reuses freed addresses, so an address alone would tie a new tensor to a dead one, differently from run
+        to run)."""
+        ptr = _storage(t)
+        if ptr is None:
+            return None
+        if fresh or ptr not in self._ids:
+            self._ids[ptr], self._storages = self._storages, self._storages + 1
+        return self._ids[ptr]
 
     def _tensor(self, t: torch.Tensor):
         try:
@@ -136,6 +149,7 @@ class _Recorder(TorchDispatchMode):
             inputs = inputs[1:]  # the destination is written, not read
         leaves = tree_leaves((inputs, {k: v for k, v in kwargs.items() if k != "out"}))
         tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+        operands = {_storage(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}  # and `out=`
         ins = [self._tensor(t) for t in tensors]
         results = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         outs = [(tuple(t.shape), t.element_size()) for t in results]
@@ -152,8 +166,8 @@ class _Recorder(TorchDispatchMode):
                 "segment": self.modules.segment,
                 "ins": ins,
                 "outs": outs,
-                "rd": [_storage(t) for t in tensors],  # which storage each tensor lives in (`bench.fusion`)
-                "wr": [_storage(t) for t in results],
+                "rd": [self._id(t) for t in tensors],  # which storage each tensor lives in (`bench.fusion`)
+                "wr": [self._id(t, fresh=_storage(t) not in operands) for t in results],
             }
         )
         return out

@@ -219,6 +219,24 @@ def test_shape_only_trace_matches_computed(twins):
     assert recs[0] == recs[1]
 
 
+def test_a_trace_does_not_depend_on_where_the_allocator_puts_tensors(twins):
+    """`bench.fusion` follows storages: a fresh allocation is a new storage even at an address a freed tensor had,
+    so three traces of the compiled step, each after other allocations moved the allocator's free blocks, mark
+    the same kernels and bytes (with storages keyed by address alone the third one differed: measured)."""
+    adapter = twins["adapter"]
+    text = adapter.config.text_config
+    lt = ["sliding" if t == "sliding_attention" else "full" for t in text.layer_types]
+    runs = []
+    for i in range(3):
+        sizes = torch.randint(1, 1 << 20, (50,), generator=torch.Generator().manual_seed(i)).tolist()
+        noise = [torch.empty(n) for n in sizes]
+        del noise[::2]
+        tracer = op_trace.Tracer(adapter.model, lt, set(), text.top_k_experts)
+        t = gpu_plan.trace_whole_step(adapter, tracer, 1)
+        runs.append((t["stats"]["fused_at_twin"], sorted(str(r) for r in t["records"])))
+    assert runs[1] == runs[0] and runs[2] == runs[0], [r[0] for r in runs]
+
+
 def test_cli_writes_json(prof, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(gpu_plan, "_PROFILE", prof)
     out = tmp_path / "plan.json"
