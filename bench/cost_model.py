@@ -37,10 +37,11 @@ class Knobs:
     mtp_tpf: float = REPORT["ar_mtp"]["tpf"]
     mtp_draft: int = 1  # draft tokens verified per AR+MTP step (the drafter's own forward is not modelled)
     experts_per_canvas: float | None = None  # None: uniform routing; 84: the report's count for one canvas
-    spread: float = 0.0  # rows' contexts uniform in [ctx (1 - spread), ctx], the longest at ctx: planned/floor
-    # attend each row's own (mean ctx (1 - spread (B - 1) / 2B)); current/generate pad every row to the longest
+    # rows' contexts uniform in [ctx (1 - spread), ctx], the longest at ctx: planned / floor attend each row's own
+    # (mean ctx (1 - spread (B - 1) / 2B)); current / compiled / generate pad every row to the longest
+    spread: float = 0.0
     # slots the cache holds per row (a run reserves prompt + max_new_tokens at admission); None: just the context.
-    # neither engine attends them: both attend up to the longest row (`compiled`: rounded up to its span quantum)
+    # Neither engine attends them: both attend up to the longest row (`compiled`: rounded up to its span quantum)
     capacity: int | None = None
 
 
