@@ -17,7 +17,9 @@ from bench.gpu_specs import GPUS, gpu_spec
 from bench.op_costs import touched_fraction
 
 CTX = (1024, 8192, 32768)
-pytestmark = pytest.mark.slow  # the shared profile traces the twins (1-2 min): `make test`, not the edit-test loop
+# the shared profile traces the twins (1-2 min): `make test`, not the edit-test loop, and on one xdist worker, so
+# the module fixture is built once (split over two workers, each built its own: 67 s twice)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gpu_plan")]
 
 
 @pytest.fixture(scope="module")
