@@ -1,7 +1,7 @@
 """GPU cost-model predictions for `bench.gpu_plan`: one step of each variant, its per-part roofline times.
 
 No torch here: the predictions turn a *profile* (the aten ops of one real forward of a narrow twin of the
-config, recorded by `bench.gpu_plan.build_profile`) into predicted per-step costs at the real widths, for the
+config, recorded by `bench.plan_profile.build_profile`) into predicted per-step costs at the real widths, for the
 diffusion engine as it runs (eager, compiled, the what-ifs, the floor, transformers' generate()) and for AR
 decoding (the same weights, Gemma 4, AR+MTP, the AR floor). Per op costs and the fits are `bench.op_costs`,
 the per-part costs of a profile and a step's times `bench.profile_costs`, the GPUs `bench.gpu_specs`.
@@ -46,7 +46,7 @@ class Knobs:
 
 
 class Model(ProfileCosts):
-    """Predictions from one profile (see `bench.gpu_plan.build_profile`)."""
+    """Predictions from one profile (see `bench.plan_profile.build_profile`)."""
 
     def __init__(self, profile: dict, knobs: Knobs | None = None):
         self.knobs = knobs or Knobs()

@@ -2,7 +2,7 @@
 `adapter.denoise` without / with self-conditioning vs one AR token forward, `ar_token_forward`, on the same
 cache, and the MoE experts each touches), and the columns of the per-step tables: the forward's, the sampler
 step's (`bench.sampler_step.bench_one`'s rows) and the compiled step's (`bench.step_graph.compare`'s rows).
-Whole decoding runs are in `bench.gpu_engine_runs`; `bench.gpu_plan` reuses `ar_token_forward`.
+Whole decoding runs are in `bench.gpu_engine_runs`; `bench.plan_profile` reuses `ar_token_forward`.
 `cfg` is a `bench.gpu_check.CheckConfig` (not imported: that module imports this one)."""
 
 from __future__ import annotations

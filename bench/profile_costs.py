@@ -14,7 +14,7 @@ from bench.op_costs import BYTES, FIELDS, PARTS, Shapes, aggregate, fit_parts, t
 
 
 class ProfileCosts:
-    """Per-part costs from one profile (see `bench.gpu_plan.build_profile`); `experts_per_canvas`: None for
+    """Per-part costs from one profile (see `bench.plan_profile.build_profile`); `experts_per_canvas`: None for
     uniform routing, else the touched-expert count one canvas calibrates (`touched_fraction`)."""
 
     def __init__(self, profile: dict, experts_per_canvas: float | None = None):

@@ -27,10 +27,10 @@ TWIN_VOCAB = 512
 
 
 def build_twin(dtype: torch.dtype = torch.float32):
-    """The released text tower's shapes at 6 layers (5 sliding, 1 full) and narrow widths (gpu_plan's twin)."""
+    """The released text tower's shapes at 6 layers (5 sliding, 1 full) and narrow widths (`bench.plan_twins`' twin)."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
-    from bench.gpu_plan import twin_text
+    from bench.plan_twins import twin_text
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from models.tiny import TINY_VISION, char_tokenizer
 

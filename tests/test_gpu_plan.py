@@ -1,5 +1,6 @@
-"""`bench.gpu_plan`: the GPU cost model reads the running code (op counts, LM-head matmuls) and its arithmetic
-holds together (the floor is below every variant, the planned engine reads each weight once, ...).
+"""`bench.gpu_plan` and its profile (`bench.plan_profile`): the GPU cost model reads the running code (op counts,
+LM-head matmuls) and its arithmetic holds together (the floor is below every variant, the planned engine reads each
+weight once, ...).
 
 One profile (the twins traced once, 1-2 minutes on 2 cores) is shared by the module."""
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from bench import gpu_plan, op_trace
+from bench import gpu_plan, op_trace, plan_profile, plan_twins
 from bench.cost_model import AR, DIFFUSION, Knobs, Model
 from bench.gpu_specs import GPUS, gpu_spec
 from bench.op_costs import touched_fraction
@@ -24,12 +25,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gpu_plan")]
 
 @pytest.fixture(scope="module")
 def twins():
-    return gpu_plan.build_twins()
+    return plan_twins.build_twins()
 
 
 @pytest.fixture(scope="module")
 def prof(twins):
-    return gpu_plan.build_profile(twins=twins)
+    return plan_profile.build_profile(twins=twins)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_lm_head_matmuls_counted_from_the_running_denoise(twins):
     for b in (1, 3):
         counter = _HeadMatmuls(adapter.model.lm_head.weight)
         with counter:
-            trace = gpu_plan.trace_denoise(adapter, prof_shapes, b)
+            trace = plan_profile.trace_denoise(adapter, prof_shapes, b)
         stats = trace["stats"]
         assert stats["embed_matmuls"] == len(counter.rows) > 0
         assert sorted(n for _, n in stats["embed_matmul_rows"]) == sorted(counter.rows)
@@ -201,7 +202,7 @@ def test_fusion_model_against_inductor():
     (CPU, 2-layer twin): kernels within 10%; bytes below inductor's count, within 2x (inductor's counter charges
     a broadcast operand, such as the rotary tables across 16 heads, at its full iteration size; measured 0.74, and
     86 kernels against inductor's 92)."""
-    check = gpu_plan.inductor_check(layers=2)
+    check = plan_profile.inductor_check(layers=2)
     model, ind = check["model"], check["inductor"]
     assert abs(model["kernels"] - ind["kernels"]) <= 0.1 * ind["kernels"], check
     assert 0.5 < check["bytes_ratio"] <= 1.0, check
@@ -216,7 +217,7 @@ def test_shape_only_trace_matches_computed(twins):
     recs = []
     for compute in (False, True):
         tracer = op_trace.Tracer(small.model, lt, set(), text.top_k_experts, compute=compute)
-        t = gpu_plan.trace_denoise(small, tracer, 1)
+        t = plan_profile.trace_denoise(small, tracer, 1)
         recs.append(sorted((r["op"], r["part"], str(r["ins"]), str(r["outs"]), r["count"]) for r in t["records"]))
     assert recs[0] == recs[1]
 
@@ -234,13 +235,13 @@ def test_a_trace_does_not_depend_on_where_the_allocator_puts_tensors(twins):
         noise = [torch.empty(n) for n in sizes]
         del noise[::2]
         tracer = op_trace.Tracer(adapter.model, lt, set(), text.top_k_experts)
-        t = gpu_plan.trace_whole_step(adapter, tracer, 1)
+        t = plan_profile.trace_whole_step(adapter, tracer, 1)
         runs.append((t["stats"]["fused_at_twin"], sorted(str(r) for r in t["records"])))
     assert runs[1] == runs[0] and runs[2] == runs[0], [r[0] for r in runs]
 
 
 def test_cli_writes_json(prof, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(gpu_plan, "_PROFILE", prof)
+    monkeypatch.setattr(plan_profile, "_PROFILE", prof)  # what `profile()` returns
     out = tmp_path / "plan.json"
     gpu_plan.main(["--gpu", "h200", "--batch", "1", "32", "--context", "8k", "--json", str(out)])
     text = capsys.readouterr().out
