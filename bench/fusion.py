@@ -34,13 +34,18 @@ EXTERN = re.compile(
 )
 
 
+# indexed reads: they pick elements of their source (fusion: not a reduction; `bench.op_costs`: their source costs
+# at most what they pick)
+GATHER = re.compile(r"aten\.(gather|index|index_select|take|embedding)\b")
+
+
 def is_extern(op: dict) -> bool:
     return op["kind"] in EXTERN_KINDS or bool(EXTERN.match(op["op"]))
 
 
 def _reduces(op: dict) -> bool:
     """A reduction: fewer output elements than its largest input (a gather picks, it does not reduce)."""
-    if op["op"].startswith(("aten.gather", "aten.index", "aten.embedding", "aten.slice", "aten.select")):
+    if GATHER.match(op["op"]):
         return False
     most = max((math.prod(s) for s, *_ in op["ins"]), default=0)
     return any(math.prod(s) < most for s, *_ in op["outs"])
@@ -90,12 +95,12 @@ def fuse(ops: list[dict]) -> list[dict]:
         for p, s in zip(op["rd"], src[-1], strict=True):
             if p is not None and s is None:
                 preexisting.add(p)
+        if op["kind"] == "view":
+            continue  # an alias: the storage's producer is unchanged (so no op reads from a view op)
         inputs = [s for s in src[-1] if s is not None]
         for s in inputs:
             deps[i] |= deps[s]
-            through[i] |= deps[s] if group[s] is not None and is_extern(ops[s]) else through[s]
-        if op["kind"] == "view":
-            continue  # an alias: the storage's producer is unchanged
+            through[i] |= deps[s] if is_extern(ops[s]) else through[s]
         if is_extern(op):  # a kernel of its own: nothing fuses with it
             run += 1
             g = groups.new()

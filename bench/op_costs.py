@@ -18,15 +18,14 @@ tokens touch, 128 * (1 - (1 - 8/128)^tokens) of 128 (uniform routing) or a calib
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
+
+from bench.fusion import GATHER
 
 PARTS = ("attention", "moe", "mlp", "lm_head", "selfcond", "sampler", "cache", "encode", "other")
 FIELDS = ("flops", "weights", "kv", "kvcopy", "logits", "act", "kernels", "views", "ops", "act_mm", "logits_mm")
 BYTES = ("weights", "kv", "kvcopy", "logits", "act")
-# indexed reads: their source costs at most what they pick (`op_cost`)
-GATHER = re.compile(r"aten\.(gather|index|index_select|take|embedding)\b")
 
 
 def touched_fraction(tokens: float, experts: int, top_k: int, per_canvas: float | None = None, canvas: int = 256):

@@ -43,13 +43,13 @@ def processed_logits(x: torch.Tensor, softcap: float | None, temperature: torch.
     return y / temperature.reshape(temperature.shape + (1,) * (x.dim() - temperature.dim()))
 
 
-def graph_sampling(raw: torch.Tensor, canvas: int):
+def graph_sampling(raw: torch.Tensor):
     """`sample` for a compiled step over the raw (B, C, V) logits `raw` of the model's LM head, called with x =
     `processed_logits(raw, ...)`: `draw_whole` recomputes the two chunks per position it reads again from `raw`,
     so x exists only inside the kernel that reads `raw` once and reduces it (see `samplers.fast_draw.draw_whole`)."""
 
     def sample(x: torch.Tensor, temperature: torch.Tensor, softcap: float | None, u: torch.Tensor) -> StepDraw:
-        rows = temperature.repeat_interleave(canvas)[:, None]  # each flat row's temperature
+        rows = temperature.repeat_interleave(raw.shape[1])[:, None]  # each flat row's temperature
         return draw_whole(x, u, raw, lambda chunk: processed_logits(chunk, softcap, rows))
 
     return sample

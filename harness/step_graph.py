@@ -287,7 +287,7 @@ class WholeStep:
         # scans and sorts: one fused kernel reads raw, reduces it for the draw and writes the workspace
         x = processed_logits(raw, a.softcap, temperature)
         logits.copy_(x)
-        v, sample = a.vocab_size, graph_sampling(raw, c)
+        v, sample = a.vocab_size, graph_sampling(raw)
         out = sampler_step(self.cfg, sample, x, temperature, a.softcap, keys, canvas, history, v, position_keys)
         fields = (out.canvas, out.argmax, out.history, out.finished, out.kept, out.mean_entropy, out.keep)
         return fields if commit is None else (*fields, hidden[b:])

@@ -130,7 +130,7 @@ def test_graph_sampling_recomputes_its_chunks_from_the_raw_logits():
     processed = processed_logits(raw, 30.0, temperature)
     assert processed.dtype == torch.float32
     assert torch.equal(processed, process_logits(raw.float(), 30.0, temperature))
-    ours = graph_sampling(raw, 16)(processed, temperature, 30.0, u)
+    ours = graph_sampling(raw)(processed, temperature, 30.0, u)
     ref = torch_sampling(draw_whole)(raw.float(), temperature, 30.0, u)
     for name in ("sampled", "argmax", "entropy", "confidence"):
         assert torch.equal(getattr(ours, name), getattr(ref, name)), name
