@@ -77,8 +77,8 @@ class CacheTraffic(TorchDispatchMode):
 
 def build():
     """The real-shaped twin's adapter: released attention shapes and window, 6 layers (5 sliding + 1 full)."""
-    from bench.gpu_check import FULL_TEXT
     from bench.plan_twins import build_twin
+    from bench.released_model import FULL_TEXT
 
     layers = ["sliding_attention"] * 5 + ["full_attention"]
     text = {"num_hidden_layers": 6, "layer_types": layers, "sliding_window": FULL_TEXT["sliding_window"]}

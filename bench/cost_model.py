@@ -18,7 +18,7 @@ from bench.gpu_specs import GPU, REPORT
 from bench.op_costs import FIELDS, bilinear_parts, embed_reads
 from bench.profile_costs import ProfileCosts
 
-DIFFUSION = ("current", "compiled", "per_row", "planned", "fused", "generate", "floor")
+DIFFUSION = ("current", "compiled", "compiled_tmoe", "per_row", "planned", "fused", "generate", "floor")
 AR = ("ar_same", "ar_gemma4", "ar_mtp", "ar_floor")
 VARIANTS = DIFFUSION + AR
 
@@ -122,21 +122,28 @@ class Model(ProfileCosts):
     def _v_current(self, gpu: GPU, b: int, context: int) -> dict:
         return self._current(gpu, b, context, per_row=False)
 
-    def _step_graph_parts(self, rows: int, k: int, context: int) -> dict:
+    def _step_graph_parts(self, rows: int, k: int, context: int, experts: str = "") -> dict:
         """The traced step graph over `rows` rows with k commit entries folded in (k = 0: none), at `context`: the
         whole step fit at B = 1, 2 (`whole_step`), with a commit the bilinear fit of the joint graph at (rows,
-        entries) = (1, 1), (2, 1), (2, 2) (`joint_step`); the touched experts for rows + k canvases of tokens."""
+        entries) = (1, 1), (2, 1), (2, 2) (`joint_step`); the touched experts for rows + k canvases of tokens.
+        `experts`: the traces' suffix ("_tmoe": the graphs traced with `model.experts=triton`)."""
         if k == 0:
-            parts = self.fit("whole_step", context, rows)
-            trace, key = "whole_step", "1"
+            trace, key = "whole_step" + experts, "1"
+            parts = self.fit(trace, context, rows)
         else:
-            p = {key: self.agg("joint_step", key, context)["parts"] for key in ("2,1", "2,2", "1,1")}
+            trace, key = "joint_step" + experts, "1,1"
+            p = {key: self.agg(trace, key, context)["parts"] for key in ("2,1", "2,2", "1,1")}
             parts = bilinear_parts(p["2,1"], p["2,2"], p["1,1"], rows, k, b0=2)
-            trace, key = "joint_step", "1,1"
         parts.setdefault("moe", {f: 0.0 for f in FIELDS})["weights"] += self.expert_bytes(trace, key, context, rows + k)
         return parts
 
-    def _v_compiled(self, gpu: GPU, b: int, context: int) -> dict:
+    def _v_compiled_tmoe(self, gpu: GPU, b: int, context: int) -> dict:
+        """`compiled` with `model.experts=triton`: the MoE layers run `models.fused_moe`'s two kernels (token rows
+        read in place, GELU(gate) * up written from float32 accumulators, routing weights applied in the down
+        kernel) instead of transformers' grouped_mm path and the copies between its kernels."""
+        return self._v_compiled(gpu, b, context, experts="_tmoe")
+
+    def _v_compiled(self, gpu: GPU, b: int, context: int, experts: str = "") -> dict:
         """The engine with `model.compile=step` on CUDA (`mode="reduce-overhead"`): the step's graph as traced
         (`harness.step_graph`) over its power-of-two bucket of rows, its elementwise ops fused by inductor's rules
         (`bench.fusion`), replayed as one CUDA graph; full layers attend the slots up to the longest row, rounded
@@ -161,9 +168,9 @@ class Model(ProfileCosts):
             weights[kb] = weights.get(kb, 0.0) + math.comb(b, k) * p**k * (1.0 - p) ** (b - k)
         parts: dict = {}
         for kb, q in weights.items():
-            f = self._step_graph_parts(rows, kb, context)
+            f = self._step_graph_parts(rows, kb, context, experts)
             if held != context:  # the full layers' span is past the traced context + 2C
-                f["attention"] = self._step_graph_parts(rows, kb, held)["attention"]
+                f["attention"] = self._step_graph_parts(rows, kb, held, experts)["attention"]
             for name, x in f.items():
                 self._add(parts, name, x, q)
         events = 1.0 - weights.get(0, 0.0)

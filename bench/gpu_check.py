@@ -10,6 +10,7 @@ figure contains):
    and the MoE experts touched per layer in each (per row and over the batch: `models.expert_counter`);
 3. the sampler step at 256 x 262,144 on the device (B = 1, 4): the fused Triton kernel vs
    `torch_sampling(draw_fast)` vs transformers' ops (`bench.sampler_step`), time and argmax agreement;
+   then one layer's MoE experts, transformers' grouped_mm vs `model.experts=triton` (`bench.moe_experts`);
 4. B=1 vs B=8 token agreement: the same 8 requests decoded alone and together through the engine, default
    sampler (on a GPU, kernels pick tilings by batch shape, so this may be below 1; on the CPU it is 1);
 5. loop overhead per batch size: the engine exactly as the harness runs it
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,31 +50,9 @@ from bench.gpu_engine_runs import (
 )
 from bench.gpu_estimates import PLAN_COLUMNS, memory_plan, plan_gpu, versus_plan
 from bench.gpu_step_costs import COMPILED_COLUMNS, FORWARD_COLUMNS, SAMPLER_COLUMNS, forward_costs
-from models.tiny import TINY_VISION  # the vision tower is never run here: a tiny one saves ~0.5B
+from bench.released_model import build_model, make_adapter, model_config
 
-# google/diffusiongemma-26B-A4B-it text tower (Gemma 4 26B A4B): 30 layers (5 sliding : 1 full), 128 experts top-8,
-# expert FFN 704 + shared dense FFN 2112, hidden 2816, 16 heads, KV heads 8 (sliding, head 256) / 2 (full, head 512).
-FULL_TEXT = dict(
-    vocab_size=262_144,
-    hidden_size=2816,
-    intermediate_size=2112,
-    num_hidden_layers=30,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=256,
-    global_head_dim=512,
-    num_global_key_value_heads=2,
-    num_experts=128,
-    top_k_experts=8,
-    moe_intermediate_size=704,
-    sliding_window=1024,
-    max_position_embeddings=262_144,
-    final_logit_softcapping=30.0,
-    pad_token_id=0,
-    eos_token_id=1,
-    bos_token_id=2,
-)
-PHASES = ("forward", "sampler", "agreement", "loop", "compiled")
+PHASES = ("forward", "sampler", "experts", "agreement", "loop", "compiled")
 
 
 @dataclass
@@ -122,51 +100,6 @@ class CheckConfig:
         )
 
 
-def model_config(tiny: bool):
-    from transformers import DiffusionGemmaConfig
-
-    if tiny:
-        from models.tiny import diffusion_config
-
-        return diffusion_config(112, canvas_length=16)
-    return DiffusionGemmaConfig(
-        text_config=FULL_TEXT,
-        vision_config=TINY_VISION,
-        canvas_length=256,
-        boi_token_id=255_999,
-        eoi_token_id=258_882,
-        image_token_id=258_880,
-    )
-
-
-@contextmanager
-def default_dtype(dtype: torch.dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
-
-
-def build_model(config, device: str, dtype: torch.dtype):
-    """Random weights created and initialised directly on `device` (no CPU copy of 50 GB)."""
-    from transformers import DiffusionGemmaForBlockDiffusion
-
-    with torch.device(device), default_dtype(dtype):
-        model = DiffusionGemmaForBlockDiffusion(config)
-    return model.eval()
-
-
-def make_adapter(model, tokenizer, eos_ids: list[int]):
-    """A DiffusionGemmaAdapter over the in-memory random model."""
-    from models.diffusion_gemma import DiffusionGemmaAdapter
-
-    return DiffusionGemmaAdapter.from_model(
-        model, tokenizer, name="diffusiongemma-26B-A4B-shape-random", eos_token_ids=eos_ids
-    )
-
-
 def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> dict[str, Any]:
     try:
         from transformers import DiffusionGemmaForBlockDiffusion  # noqa: F401
@@ -176,8 +109,9 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         raise SystemExit(
             f"transformers {transformers.__version__} has no DiffusionGemma ({e}); see docs/gpu_check.md"
         ) from e
-    from bench import sampler_step
+    from bench import moe_experts, sampler_step
     from harness.decode import BlockDiffusionDecoder
+    from models import fused_moe
     from models.tiny import char_tokenizer
 
     if is_cuda(cfg.device) and not torch.cuda.is_available():
@@ -248,6 +182,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         "compiled": [],
         "agreement": None,
         "sampler": [],
+        "experts": [],
         "phase_s": {},
         "skipped": [],
     }
@@ -293,6 +228,17 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
                 payload["sampler"].append(row)
         say(table(payload["sampler"], SAMPLER_COLUMNS))
 
+    def experts():
+        if not fused_moe.available(cfg.device):
+            payload["skipped"].append("experts: model.experts=triton needs CUDA (or TRITON_INTERPRET=1)")
+            say(f"note: {payload['skipped'][-1]}")
+            return
+        for b in plan["batches"]:
+            row = guarded(f"experts batch {b}", lambda b=b: moe_experts.compare(model, b, c, cfg.repeats))
+            if row:
+                payload["experts"].append(row)
+        say(table(payload["experts"], moe_experts.COLUMNS))
+
     def agreement():
         if plan["agree_requests"] >= 2:
             payload["agreement"] = guarded("agreement", lambda: batch_agreement(adapter, cfg, plan["agree_requests"]))
@@ -316,6 +262,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
 
     phase("forward", forwards)
     phase("sampler", sampler)
+    phase("experts", experts)
     phase("agreement", agreement)
 
     def compiled():

@@ -117,6 +117,9 @@ def op_cost(rec: dict, shapes: Shapes, context: int, wmap: dict[int, int], cmaps
         cost["flops"] = 2.0 * _numel(a) * b[-1]
     elif kind == "gmm" and len(mats) >= 2:
         cost["flops"] = 2.0 * _numel(mats[0]) * mats[1][-1]
+    elif kind == "moe":  # models.fused_moe: each output row is one pair through its expert's (E, N, K) weight
+        w = next(s for s, _, role, _ in ins if role == "x")
+        cost["flops"] = 2.0 * outs[0][0][0] * w[-2] * w[-1]
     elif kind == "sdpa" and len(mats) >= 3:
         q, k, v = mats[0], mats[1], mats[2]
         cost["flops"] = 2.0 * _numel(q) * k[-2] + 2.0 * (_numel(q) // q[-1]) * k[-2] * v[-1]
@@ -130,10 +133,10 @@ def op_cost(rec: dict, shapes: Shapes, context: int, wmap: dict[int, int], cmaps
         n = float(_numel(s) * b) * mem_in[i]  # 0: read inside a fused kernel (`bench.fusion`)
         if gather and i == 0:  # an indexed read loads what it picks (a chunk of each logits row), not its source
             n = min(n, out_bytes)
-        if role == "x" and kind == "gmm":  # expert weights: what the tokens touch, added by the caller
+        if role == "x" and kind in ("gmm", "moe"):  # expert weights: what the tokens touch, added by the caller
             experts.append((n, rec["tokens_per_row"]))
         elif role in ("w", "e"):
-            if kind in ("mm", "gmm"):
+            if kind in ("mm", "gmm", "moe"):
                 cost["weights"] += n
                 params[p] = n
             else:  # a gather (embedding lookup, per-expert scale): what the output holds
@@ -149,7 +152,7 @@ def op_cost(rec: dict, shapes: Shapes, context: int, wmap: dict[int, int], cmaps
     for (s, b), m in zip(outs, mem_out, strict=True):
         n = float(_numel(s) * b) * m
         cost[cat or ("logits" if s and s[-1] == vocab else "act")] += n
-    if kind in ("mm", "gmm", "sdpa"):  # what stays when every elementwise op is fused into these kernels
+    if kind in ("mm", "gmm", "moe", "sdpa"):  # what stays when every elementwise op is fused into these kernels
         cost["act_mm"], cost["logits_mm"] = cost["act"], cost["logits"]
     if kind == "mm" and any(role == "e" for _, _, role, _ in ins):
         embed_rows = max(1, _numel(outs[0][0]) // outs[0][0][-1]) if outs else 0

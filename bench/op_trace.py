@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.fusion import fuse, totals
+from models import fused_moe
 
 NO_KERNEL = {
     "aten._unsafe_view.default",
@@ -96,6 +97,8 @@ def _kind(func) -> str:
         return "view"
     if "_grouped_mm" in name:
         return "gmm"
+    if name.startswith("dgemma.moe_"):  # models.fused_moe's kernels: grouped matmuls reading rows by index
+        return "moe"
     if "scaled_dot_product" in name:
         return "sdpa"
     if re.match(r"aten\.(mm|addmm|bmm|baddbmm)\.", name):
@@ -139,7 +142,8 @@ class _Recorder(TorchDispatchMode):
         kind = _kind(func)
         out = (
             func(*args, **kwargs)
-            if self.compute or kind not in ("mm", "gmm", "sdpa")
+            if (self.compute and (kind != "moe" or fused_moe.available(args[0].device)))
+            or kind not in ("mm", "gmm", "sdpa", "moe")
             else _shape_only(func, args, kwargs)
         )
         name = str(func)
@@ -253,7 +257,9 @@ def compact(
             pass  # K/V copies inside attention (repeat_kv): attention's, counted as K/V copy bytes
         elif mode == "commit":
             part = "encode" if op["path"] else "cache"
-        tokens = op["ins"][0][0][0] / top_k / rows if op["kind"] == "gmm" else 0.0
+        # tokens per batch row a grouped matmul runs (its pairs / top_k): the experts they touch
+        pairs = op["ins"][0][0][0] if op["kind"] == "gmm" else op["outs"][0][0][0] if op["kind"] == "moe" else 0
+        tokens = pairs / top_k / rows
         fused = (tuple(op["mem_in"]), tuple(op["mem_out"]), op["launch"]) if "launch" in op else None
         key = (
             op["op"],

@@ -8,6 +8,7 @@ token, `generate()`, Gemma 4) under `bench.op_trace.Tracer`; `build_profile` col
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
@@ -19,6 +20,7 @@ from bench.op_trace import Tracer
 from bench.plan_twins import HF_VOCAB, TWIN, build_twin, build_twins
 
 NEVER_STOP = 1e-30
+JOINT = ((2, 1), (2, 2), (1, 1))  # (rows, commit entries) of the traced joint steps (`bench.cost_model`'s fit)
 
 
 def _prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -75,9 +77,11 @@ def whole_step_call(adapter, b: int, k: int = 0):
     return step, args, step.joint if k else step.step
 
 
-def trace_whole_step(adapter, tracer: Tracer, b: int, k: int = 0) -> dict[str, Any]:
+def trace_whole_step(adapter, tracer: Tracer, b: int, k: int = 0, experts: str | None = None) -> dict[str, Any]:
     """One whole compiled step's graph function (with k commit entries folded in), run eagerly, its fused kernels
-    marked (`bench.fusion`); `rows` counts the forward's entries (b + k), each a canvas of tokens."""
+    marked (`bench.fusion`); `rows` counts the forward's entries (b + k), each a canvas of tokens. `experts`: the
+    MoE experts' implementation in the traced step (`models.fused_moe.CHOICES`; the prefill before it runs the
+    model's own, so the kernels need not run here: the tracer records their shapes)."""
     import harness.step_graph
 
     step, args, fn = whole_step_call(adapter, b, k)
@@ -86,7 +90,20 @@ def trace_whole_step(adapter, tracer: Tracer, b: int, k: int = 0) -> dict[str, A
         (step._cache, "causal_masks_at", "masks"),
         (harness.step_graph, "sampler_step", "post"),
     )
-    return tracer.run(lambda: fn(*args), rows=b + k, fused=True, phases=phases)
+    with _experts(adapter.model, experts):
+        return tracer.run(lambda: fn(*args), rows=b + k, fused=True, phases=phases)
+
+
+@contextlib.contextmanager
+def _experts(model, name: str | None):
+    """`model`'s experts implementation set to `name` (None: unchanged) while the block runs."""
+    before = model.config.get_text_config()._experts_implementation
+    if name:
+        model.set_experts_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_experts_implementation(before)
 
 
 def inductor_check(layers: int = 6, vocab: int = HF_VOCAB, b: int = 1) -> dict[str, Any]:
@@ -241,7 +258,7 @@ def build_profile(verbose: bool = False, compute: bool = False, twins: dict | No
         "held_sliding": min(TWIN["context"], TWIN["sliding_window"] - 1),
         "vocab": adapter.vocab_size,
     }
-    from bench.gpu_check import FULL_TEXT
+    from bench.released_model import FULL_TEXT
 
     real = dict(FULL_TEXT, layer_types=layer_types, canvas_length=adapter.canvas_length)
     from bench.op_costs import Shapes
@@ -258,7 +275,10 @@ def build_profile(verbose: bool = False, compute: bool = False, twins: dict | No
     traces["denoise"] = {str(b): trace_denoise(adapter, tracer, b) for b in (1, 3)}
     traces["sampler"] = {str(b): trace_sampler(adapter, tracer, b) for b in (1, 3)}
     traces["whole_step"] = {str(b): trace_whole_step(adapter, tracer, b) for b in (1, 2)}  # buckets: powers of 2
-    traces["joint_step"] = {f"{b},{k}": trace_whole_step(adapter, tracer, b, k) for b, k in ((2, 1), (2, 2), (1, 1))}
+    traces["joint_step"] = {f"{b},{k}": trace_whole_step(adapter, tracer, b, k) for b, k in JOINT}
+    # the same graphs with `model.experts=triton` (models.fused_moe)
+    traces["whole_step_tmoe"] = {str(b): trace_whole_step(adapter, tracer, b, experts="triton") for b in (1, 2)}
+    traces["joint_step_tmoe"] = {f"{b},{k}": trace_whole_step(adapter, tracer, b, k, "triton") for b, k in JOINT}
     note("denoise")
     # the rest at a small vocabulary (rescaled): commits, AR steps and generate() do not block by it
     small = twins["small"]

@@ -20,7 +20,7 @@ HF_VOCAB = 3000
 
 
 def twin_text(vocab: int | None = None) -> dict[str, Any]:
-    from bench.gpu_check import FULL_TEXT
+    from bench.released_model import FULL_TEXT
 
     return dict(
         FULL_TEXT,
@@ -37,7 +37,7 @@ def build_twin(dtype: torch.dtype = torch.bfloat16, vocab: int | None = None, te
     the twin's text config)."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
-    from bench.gpu_check import default_dtype
+    from bench.released_model import default_dtype
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from models.tiny import TINY_VISION, char_tokenizer
 
@@ -61,7 +61,7 @@ def build_gemma4_twin(dtype: torch.dtype = torch.bfloat16, vocab: int | None = H
     """Gemma 4 26B-A4B's causal LM at the same twin widths (the AR baseline's model class)."""
     from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
-    from bench.gpu_check import default_dtype
+    from bench.released_model import default_dtype
 
     text = twin_text(vocab)
     cfg = Gemma4TextConfig(

@@ -22,6 +22,7 @@ from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.records import GenerationRequest, GenerationResult, check_requests
 from contract.text import Prompt, default_eos_ids, encode_prompt
+from models import fused_moe
 from models.ar_engine import AREngine
 from models.causal_lm import CausalLM
 from models.drafters import ModelDrafter, MTPDrafter
@@ -42,9 +43,11 @@ def load_causal_lm(
     attn_implementation: str | None,
     loader=None,
     revision: str | None = None,
+    experts: str | None = None,
 ):
-    """Load a causal LM in eval mode on one device, or spread by `device_map`."""
-    kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision}
+    """Load a causal LM in eval mode on one device, or spread by `device_map`; `experts`: its MoE experts'
+    implementation (`models.fused_moe.CHOICES`, None: transformers' default)."""
+    kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision, **fused_moe.loading_kwargs(experts, device)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if device_map is not None:
@@ -78,6 +81,7 @@ class ARDecoder:
         eos_token_ids: list[int] | None = None,
         revision: str | None = None,
         adapter: str | None = None,
+        experts: str | None = None,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -99,8 +103,11 @@ class ARDecoder:
         self.enable_thinking = enable_thinking
         self.device_map, self.attn_implementation = device_map, attn_implementation
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        fused_moe.loading_kwargs(experts, device)  # a bad choice fails before the tokenizer and weights load
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, revision=None if tokenizer != path else revision)
-        self.model = load_causal_lm(path, dtype, device, device_map, attn_implementation, revision=revision)
+        self.model = load_causal_lm(
+            path, dtype, device, device_map, attn_implementation, revision=revision, experts=experts
+        )
         if adapter:  # a LoRA adapter (models.lora) on the target, merged
             self.model = load_adapter(self.model, resolve_model_ref(adapter, "model.adapter")).eval()
         self.lora_adapter = adapter
@@ -139,6 +146,7 @@ class ARDecoder:
             "device": str(self.device),
             "device_map": str(self.device_map),
             "attn_implementation": self.model.config._attn_implementation,
+            "experts_implementation": getattr(self.model.config, "_experts_implementation", None),
             "do_sample": self.do_sample,
             "temperature": self.temperature if self.do_sample else None,
             "top_p": self.top_p if self.do_sample else None,

@@ -21,7 +21,7 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
-from models import logits_blocks, slot_attention
+from models import fused_moe, logits_blocks, slot_attention
 from models.lora import load_adapter
 from models.slot_cache import CanvasSlots, SlotCache, bucket
 
@@ -62,14 +62,16 @@ class DiffusionGemmaAdapter:
         num_threads: int | None = None,
         revision: str | None = None,
         adapter: str | None = None,
+        experts: str | None = None,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
+        experts_kwargs = fused_moe.loading_kwargs(experts, device)
         if num_threads:
             torch.set_num_threads(num_threads)
         path = resolve_model_ref(path, "model.path")
         self.path, self.name = path, name or Path(path).name
-        kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision}
+        kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision, **experts_kwargs}
         if device_map:
             kwargs["device_map"] = device_map
         if attn_implementation:
@@ -316,6 +318,7 @@ class DiffusionGemmaAdapter:
             "device": str(self.device),
             "canvas_length": self.canvas_length,
             "vocab_size": self.vocab_size,
+            "experts_implementation": self.config.get_text_config()._experts_implementation,
             "parameters": sum(p.numel() for p in self.model.parameters()),
         }
 

@@ -234,7 +234,9 @@ def forward_activation_bytes(
         with the cache (the decoder's `append_to_cache`, the encoder's cache update), K/V repeated to all
         query heads (`repeat_kv`: eager, and SDPA whenever a mask is passed), the output and its transposed
         copy; eager also materialises B x heads x q x keys scores (`_score_bytes` each), SDPA does not.
-    `experts_implementation="batched_mm"` gathers a weight matrix per token-expert pair and is not covered.
+    `experts_implementation="triton"` (`models.fused_moe`) holds S x (moe_intermediate + hidden) model-dtype
+    tensors, less than grouped_mm, so the bound covers it; `"batched_mm"` gathers a weight matrix per token-expert
+    pair and is not covered.
     """
     tc = text_config
     b, q = batch_size, query_tokens

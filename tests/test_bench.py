@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from bench import decode_loop, eval_throughput, gpu_check, gpu_engine_runs, sampler_step
+from bench import decode_loop, eval_throughput, gpu_check, gpu_engine_runs, released_model, sampler_step
 
 
 def test_sampler_step_bench_tiny(tmp_path):
@@ -111,7 +111,10 @@ def test_gpu_check_tiny_runs_the_full_script_on_cpu(tmp_path):
     assert saved["tiny"] is True and saved["complete"] is True and saved["skipped"] == []
     assert saved["build"]["parameters"] == payload["build"]["parameters"] > 0
     assert saved["engine_sampling"] == "torch draw_fast"  # CPU: the engine's torch path
-    assert set(saved["phase_s"]) == {"forward", "sampler", "agreement", "loop"}
+    assert set(saved["phase_s"]) == {"forward", "sampler", "experts", "agreement", "loop"}
+    # the fused experts run in the interpreter here (conftest sets TRITON_INTERPRET=1): equal to grouped_mm
+    assert [r["batch"] for r in saved["experts"]] == [1, 2]
+    assert all(r["max_rel_diff"] < 1e-5 and r["pairs"] == r["batch"] * 16 for r in saved["experts"])
     mem = saved["memory"]
     assert mem["batches"] == [1, 2] and mem["generate_batches"] == [1, 2] and mem["notes"] == []
     assert mem["largest_batch_that_fits"] >= 8 and mem["agree_requests"] == 8
@@ -217,11 +220,11 @@ def test_gpu_check_tiny_with_the_fused_kernel_in_the_engine(tmp_path):
 
 
 def test_full_config_is_the_26b_a4b_shape():
-    cfg = gpu_check.model_config(tiny=False).text_config
+    cfg = released_model.model_config(tiny=False).text_config
     assert (cfg.vocab_size, cfg.num_hidden_layers, cfg.num_experts, cfg.top_k_experts) == (262_144, 30, 128, 8)
     assert (cfg.hidden_size, cfg.moe_intermediate_size, cfg.intermediate_size) == (2816, 704, 2112)
     assert cfg.layer_types.count("full_attention") == 5
-    assert gpu_check.model_config(tiny=False).canvas_length == 256
+    assert released_model.model_config(tiny=False).canvas_length == 256
 
 
 @pytest.mark.slow

@@ -272,3 +272,23 @@ def test_cli_writes_json(prof, tmp_path, monkeypatch, capsys):
     assert vs["selfcond"]["predicted_ms"] == pytest.approx(cur["selfcond"]["ms"])
     assert vs["sampler"]["measured_ms"] == pytest.approx(2.0)
     assert vs["ar_token"]["measured_over_predicted"] == pytest.approx(40 / rows[1]["variants"]["ar_same"]["gpu_ms"])
+
+
+def test_fused_experts_are_traced_as_their_kernels_and_move_less(prof, model):
+    """`model.experts=triton`'s step graph (`whole_step_tmoe`): each layer's MoE is the two custom ops (grouped
+    matmul FLOPs, expert weights by tokens touched), the same FLOPs and weights as grouped_mm's graph, and less
+    MoE activation traffic (no gathered input, no gate/up output, no weighted copy between kernels)."""
+    layers = len(prof["real"]["layer_types"])
+    recs = prof["traces"]["whole_step_tmoe"]["1"]["records"]
+    fused: dict[str, int] = {}
+    for r in recs:  # one record per layer (each names its own expert weights)
+        if r["kind"] == "moe":
+            fused[r["op"]] = fused.get(r["op"], 0) + r["count"]
+    assert fused == {"dgemma.moe_gate_up.default": layers, "dgemma.moe_down.default": layers}
+    assert not any(r["kind"] == "gmm" for r in recs)
+    for b in (1, 32):
+        g = gpu_spec("h100")
+        ours, theirs = (model.predict(g, b, 8192, v)["parts"]["moe"] for v in ("compiled_tmoe", "compiled"))
+        assert ours["flops"] == pytest.approx(theirs["flops"], rel=0.01)
+        assert ours["weights"] == pytest.approx(theirs["weights"], rel=1e-9)
+        assert ours["act"] < 0.6 * theirs["act"], (b, ours["act"], theirs["act"])

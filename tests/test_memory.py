@@ -70,7 +70,7 @@ def config_26b_shape() -> DiffusionGemmaConfig:
     """The text tower of google/diffusiongemma-26B-A4B-it as the brief and bench/gpu_check.py give it (Gemma 4 26B
     A4B: 30 layers 5 sliding : 1 full, 128 experts top-8). Not read from the checkpoint's config.json (no network
     here): a plausibility check only. The default Gemma 4 vision tower (~0.17B) stands in for the real one."""
-    from bench.gpu_check import FULL_TEXT
+    from bench.released_model import FULL_TEXT
 
     text = {**FULL_TEXT, "layer_types": ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(30)]}
     return DiffusionGemmaConfig(text_config=text, canvas_length=256)

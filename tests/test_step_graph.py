@@ -56,6 +56,26 @@ def _assert_same_step(o, e, ours: dict, eager: dict, where=None) -> None:
         assert torch.equal(getattr(o, name), getattr(e, name)), (where, name)
 
 
+def two_steps_match(compiled: WholeStep, ours_adapter, eager_adapter, cfg, b: int) -> dict:
+    """Two steps of `compiled` (over `ours_adapter`'s states; the second self-conditioned on all rows but one)
+    against the engine's eager step over `eager_adapter`'s: the same tokens, accept counts and stop flags, the
+    processed logits within LOGITS_ATOL, one graph. Returns the compiled side's inputs."""
+    eager, ours = _inputs(eager_adapter, b, cfg), _inputs(ours_adapter, b, cfg)
+    sc_rows = [False] * b
+    for step in range(2):
+        e = _eager_step(eager_adapter, cfg, sc_rows=sc_rows, **eager)
+        temperature = cfg.temperatures(ours["keys"][2])
+        o = compiled(ours["state"], ours["canvas"], ours["history"], ours["logits"], sc_rows, ours["keys"], temperature)
+        _assert_same_step(o, e, ours, eager, step)
+        torch.testing.assert_close(o.mean_entropy, e.mean_entropy, atol=1e-5, rtol=1e-5)
+        for i in (eager, ours):
+            i["canvas"], i["history"] = e.canvas.clone(), e.history.clone()
+            i["keys"] = i["keys"] + torch.tensor([[0], [0], [1]])
+        sc_rows = [r != b - 1 for r in range(b)]
+    assert compiled.graphs == 1
+    return ours
+
+
 def _explain(adapter, b: int):
     cfg = EntropyBoundConfig()
     step = WholeStep(adapter, cfg, compile=False)
@@ -94,19 +114,7 @@ def test_the_compiled_step_matches_the_eager_step(adapter_factory, request, fixt
     adapter = adapter_factory(request.getfixturevalue(fixture))
     cfg = EntropyBoundConfig()
     compiled = WholeStep(adapter, cfg, mode=mode)
-    eager, ours = _inputs(adapter, b, cfg), _inputs(adapter, b, cfg)
-    sc_rows = [False] * b
-    for step in range(2):
-        e = _eager_step(adapter, cfg, sc_rows=sc_rows, **eager)
-        temperature = cfg.temperatures(ours["keys"][2])
-        o = compiled(ours["state"], ours["canvas"], ours["history"], ours["logits"], sc_rows, ours["keys"], temperature)
-        _assert_same_step(o, e, ours, eager, step)
-        torch.testing.assert_close(o.mean_entropy, e.mean_entropy, atol=1e-5, rtol=1e-5)
-        for i in (eager, ours):
-            i["canvas"], i["history"] = e.canvas.clone(), e.history.clone()
-            i["keys"] = i["keys"] + torch.tensor([[0], [0], [1]])
-        sc_rows = [r != b - 1 for r in range(b)]
-    assert compiled.graphs == 1
+    ours = two_steps_match(compiled, adapter, adapter, cfg, b)
     if mode == "reduce-overhead":
         state = ours["state"]
         for t in (ours["logits"], *state.cache.keys, *state.cache.values):

@@ -1,0 +1,180 @@
+"""`models.fused_moe` (`model.experts=triton`): the fused MoE kernels, run by Triton's interpreter on the CPU.
+
+TRITON_INTERPRET must be set before triton (and the kernel module) is imported (conftest sets it); the
+interpreter multiplies float32 copies of the tiles (its bfloat16 `tl.dot` is wrong in triton 3.9), so float32
+checks the kernels' indexing and arithmetic exactly, and bfloat16 checks the storage casts around them."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest
+import torch
+from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
+
+from models import fused_moe
+from models.tiny import diffusion_config
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not fused_moe.available(), reason="needs triton (CUDA or TRITON_INTERPRET=1)")
+
+
+def _experts(num_experts: int, top_k: int, dtype=torch.float32, hidden: int = 48, seed: int = 0):
+    """A DiffusionGemma experts module (intermediate 32: gate/up 64) with random weights of O(1) outputs."""
+    cfg = diffusion_config(100, hidden=hidden, intermediate=128, num_experts=num_experts).text_config
+    cfg.top_k_experts = top_k
+    torch.manual_seed(seed)
+    ex = DiffusionGemmaTextExperts(cfg)
+    with torch.no_grad():
+        ex.gate_up_proj.normal_(0, 0.3)
+        ex.down_proj.normal_(0, 0.3)
+    return ex.to(dtype), cfg
+
+
+def _routing(tokens: int, experts: int, top_k: int, seed: int = 0, hot: int | None = None):
+    """Distinct experts per token (expert `hot` picked by every token: more pairs than one block holds)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(tokens):
+        perm = torch.randperm(experts, generator=g)
+        if hot is not None:
+            perm = torch.cat([torch.tensor([hot]), perm[perm != hot]])
+        rows.append(perm[:top_k])
+    weights = torch.rand(tokens, top_k, generator=g).softmax(-1)
+    return torch.stack(rows), weights
+
+
+def _run(ex, cfg, impl: str, x, idx, w):
+    cfg._experts_implementation = impl
+    with torch.no_grad():
+        return ex(x, idx, w)
+
+
+@pytest.mark.parametrize("bm", [16, 32, 64])
+def test_route_gives_each_sorted_pair_to_one_block_of_its_expert(bm):
+    idx, _ = _routing(57, 9, 3, seed=bm, hot=4)
+    order, table = fused_moe.route(idx, 9, bm)
+    ids = idx.reshape(-1)
+    assert table.shape == (3, math.ceil(ids.numel() / bm) + 9)
+    assert torch.equal(ids[order], torch.sort(ids, stable=True).values)
+    covered = torch.zeros(ids.numel(), dtype=torch.long)
+    for e, first, end in table.T.tolist():
+        if e < 0:
+            continue
+        rows = torch.arange(first, min(first + bm, end))
+        assert len(rows) > 0 and bool((ids[order[rows]] == e).all())
+        covered[rows] += 1
+    assert bool((covered == 1).all())
+    counts = torch.bincount(ids, minlength=9)
+    assert int((table[0] >= 0).sum()) == int(((counts + bm - 1) // bm).sum())
+
+
+def test_fused_experts_equal_transformers_in_float32():
+    """Every pair once, an expert with no pairs, one with more pairs than a block: equal to the eager loop and to
+    grouped_mm up to float32 summation order."""
+    ex, cfg = _experts(7, 3)
+    x = torch.randn(40, 48)
+    idx, w = _routing(40, 6, 3, hot=2)  # expert 6 gets no pair; expert 2 gets all 40 tokens (3 blocks of 16)
+    ours = _run(ex, cfg, "triton", x, idx, w)
+    for impl in ("eager", "grouped_mm"):
+        torch.testing.assert_close(ours, _run(ex, cfg, impl, x, idx, w), atol=2e-6, rtol=1e-5)
+
+
+def test_fused_experts_in_bfloat16_are_as_close_to_exact_as_grouped_mm():
+    """bf16 weights and states: against the float64 result of the same weights, our error is within what
+    grouped_mm's own bf16 rounding gives (it rounds gate/up and the down output to bf16; we keep them in float32)."""
+    ex, cfg = _experts(8, 2, torch.bfloat16)
+    x = torch.randn(33, 48, dtype=torch.bfloat16)
+    idx, w = _routing(33, 8, 2, seed=3)
+    exact = _run(ex.double(), cfg, "eager", x.double(), idx, w.double())
+    ex = ex.to(torch.bfloat16)
+    ours = _run(ex, cfg, "triton", x, idx, w)
+    assert ours.dtype == torch.bfloat16
+    err = (ours.double() - exact).abs().max()
+    theirs = (_run(ex, cfg, "grouped_mm", x, idx, w).double() - exact).abs().max()
+    assert err <= 1.5 * theirs, (err, theirs)
+
+
+def test_the_fused_experts_are_deterministic_and_per_token():
+    """The same inputs give the same bits (no atomics: the top-k sum is torch's); a token's row does not depend on
+    the other tokens beyond rounding (which block a pair lands in changes only its place in a tile; the
+    interpreter's numpy matmul may round a row differently by its place, so not bit for bit here)."""
+    ex, cfg = _experts(6, 2)
+    x = torch.randn(20, 48)
+    idx, w = _routing(20, 6, 2, seed=5)
+    full = _run(ex, cfg, "triton", x, idx, w)
+    assert torch.equal(full, _run(ex, cfg, "triton", x, idx, w))
+    part = torch.tensor([3, 11, 17])
+    torch.testing.assert_close(_run(ex, cfg, "triton", x[part], idx[part], w[part]), full[part], atol=4e-6, rtol=0)
+
+
+def test_the_fused_experts_compile_into_one_graph():
+    """Under torch.compile(fullgraph=True) the two kernels are opaque custom ops: no graph break, same result."""
+    ex, cfg = _experts(6, 2)
+    cfg._experts_implementation = "triton"
+    x = torch.randn(12, 48)
+    idx, w = _routing(12, 6, 2, seed=7)
+    report = torch._dynamo.explain(ex)(x, idx, w)
+    assert report.graph_break_count == 0 and report.graph_count == 1
+    with torch.no_grad():
+        compiled = torch.compile(ex, fullgraph=True)(x, idx, w)
+    torch.testing.assert_close(compiled, _run(ex, cfg, "triton", x, idx, w), atol=1e-6, rtol=1e-6)
+
+
+def test_unsupported_experts_are_refused():
+    ex, cfg = _experts(4, 2)
+    cfg.hidden_activation = "silu"
+    x = torch.randn(4, 48)
+    idx, w = _routing(4, 4, 2)
+    with pytest.raises(ValueError, match="GELU"):
+        _run(ex, cfg, "triton", x, idx, w)
+
+
+def test_model_experts_is_checked_before_anything_loads(tmp_path):
+    """A bad `model.experts`, or `triton` where it cannot run (a CPU without the interpreter), fails with the
+    option's name before the checkpoint is even resolved (the path does not exist)."""
+    from models.diffusion_gemma import DiffusionGemmaAdapter
+
+    with pytest.raises(ValueError, match="model.experts must be one of"):
+        DiffusionGemmaAdapter(str(tmp_path / "missing"), experts="fast")
+    code = (
+        "from models.diffusion_gemma import DiffusionGemmaAdapter\n"
+        "try:\n"
+        f"    DiffusionGemmaAdapter({str(tmp_path / 'missing')!r}, experts='triton', device='cpu')\n"
+        "except ValueError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert "refused: model.experts=triton needs Triton and a CUDA device" in out.stdout, out.stderr[-2000:]
+
+
+def test_the_whole_step_with_fused_experts_is_one_graph(adapter_factory, medium_diffusion_dir):
+    """`model.experts=triton` under `model.compile=step`: decoder layers with the custom ops, self-conditioning,
+    LM head and sampler trace as one graph with no break."""
+    from tests.test_step_graph import _explain
+
+    report = _explain(adapter_factory(medium_diffusion_dir, experts="triton"), 1)
+    assert report.graph_break_count == 0, [r.reason for r in report.break_reasons]
+    assert report.graph_count == 1
+
+
+@pytest.mark.slow
+def test_the_compiled_step_with_fused_experts_matches_the_eager_grouped_mm_step(adapter_factory, medium_diffusion_dir):
+    """Two compiled steps with `model.experts=triton` (inductor calls the kernels as extern ops) against the
+    engine's eager step with transformers' grouped_mm: the same tokens, history and stop flags, the logits within
+    the step-graph tolerance."""
+    from harness.step_graph import WholeStep
+    from samplers.config import EntropyBoundConfig
+    from tests.test_step_graph import two_steps_match
+
+    ours = adapter_factory(medium_diffusion_dir, experts="triton", compile="step")
+    assert ours.describe()["experts_implementation"] == "triton"
+    cfg = EntropyBoundConfig()
+    two_steps_match(WholeStep(ours, cfg), ours, adapter_factory(medium_diffusion_dir), cfg, 2)
