@@ -114,11 +114,17 @@ if triton is not None:
         return v.to(out_ptr.dtype.element_ty)
 
     @triton.jit
-    def _block_rows(table_ptr, n_blocks, BM: tl.constexpr):
-        # this program's block: up to BM consecutive expert-sorted rows, all of one expert
-        blk = tl.program_id(0)
-        rows = tl.load(table_ptr + n_blocks + blk) + tl.arange(0, BM)
-        return rows, rows < tl.load(table_ptr + 2 * n_blocks + blk)
+    def _program(table_ptr, n_blocks, width, BM: tl.constexpr, BN: tl.constexpr):
+        # this program's expert, rows (up to BM consecutive expert-sorted pairs) and BN output columns. A 1-D grid
+        # with a block's column tiles next to each other: the block's rows and its expert's weight tiles come from
+        # memory once, and from L2 for the block's other tiles and the expert's next block
+        pid = tl.program_id(0)
+        tiles = tl.cdiv(width, BN)
+        blk = pid // tiles
+        cols = (pid % tiles) * BN + tl.arange(0, BN)
+        rows = tl.load(table_ptr + n_blocks + blk).to(tl.int64) + tl.arange(0, BM)  # int64: S x H may pass 2^31
+        end = tl.load(table_ptr + 2 * n_blocks + blk)
+        return tl.load(table_ptr + blk), rows, rows < end, cols, cols < width
 
     @triton.jit
     def _gate_up_kernel(
@@ -144,13 +150,10 @@ if triton is not None:
         F32_DOT: tl.constexpr,
         RNE_BF16: tl.constexpr,
     ):
-        e = tl.load(table_ptr + tl.program_id(0))
+        e, rows, rmask, cols, cmask = _program(table_ptr, n_blocks, inter, BM, BN)
         if e < 0:
             return
-        rows, rmask = _block_rows(table_ptr, n_blocks, BM)
         token = tl.load(order_ptr + rows, mask=rmask, other=0) // top_k
-        cols = tl.program_id(1) * BN + tl.arange(0, BN)
-        cmask = cols < inter
         w_base = w_ptr + e.to(tl.int64) * sw0
         acc_g = tl.zeros((BM, BN), dtype=tl.float32)
         acc_u = tl.zeros((BM, BN), dtype=tl.float32)
@@ -199,13 +202,10 @@ if triton is not None:
         F32_DOT: tl.constexpr,
         RNE_BF16: tl.constexpr,
     ):
-        e = tl.load(table_ptr + tl.program_id(0))
+        e, rows, rmask, cols, cmask = _program(table_ptr, n_blocks, hidden, BM, BN)
         if e < 0:
             return
-        rows, rmask = _block_rows(table_ptr, n_blocks, BM)
         pair = tl.load(order_ptr + rows, mask=rmask, other=0)
-        cols = tl.program_id(1) * BN + tl.arange(0, BN)
-        cmask = cols < hidden
         w_base = w_ptr + e.to(tl.int64) * sw0
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, inter, BK):
@@ -251,7 +251,7 @@ def moe_gate_up(x: torch.Tensor, w: torch.Tensor, order: torch.Tensor, table: to
     out = torch.empty(order.numel(), inter, dtype=x.dtype, device=x.device)
     bm = block_rows(order.numel(), w.shape[0])
     bn, bk = _tiles(inter), _tiles(hidden)
-    _gate_up_kernel[(n_blocks, triton.cdiv(inter, bn))](
+    _gate_up_kernel[(n_blocks * triton.cdiv(inter, bn),)](
         x, w, out, order, table, n_blocks, top_k, hidden, inter,
         *x.stride(), *w.stride(), *out.stride(), BM=bm, BN=bn, BK=bk, **_interpreter_flags(out),
     )  # fmt: skip
@@ -274,7 +274,7 @@ def moe_down(
     out = torch.empty(order.numel(), hidden, dtype=h.dtype, device=h.device)
     bm = block_rows(order.numel(), w.shape[0])
     bn, bk = _tiles(hidden), _tiles(inter)
-    _down_kernel[(n_blocks, triton.cdiv(hidden, bn))](
+    _down_kernel[(n_blocks * triton.cdiv(hidden, bn),)](
         h, w, weights, out, order, table, n_blocks, hidden, inter,
         *h.stride(), *w.stride(), *out.stride(), BM=bm, BN=bn, BK=bk, **_interpreter_flags(out),
     )  # fmt: skip
@@ -302,7 +302,7 @@ def triton_experts_forward(
     x = hidden_states.to(self.gate_up_proj.dtype)
     h = torch.ops.dgemma.moe_gate_up(x, self.gate_up_proj, order, table, top_k)
     pairs = torch.ops.dgemma.moe_down(h, self.down_proj, top_k_weights.reshape(-1), order, table)
-    return pairs.view(tokens, top_k, -1).sum(dim=1).to(hidden_states.dtype)
+    return pairs.view(tokens, top_k, self.down_proj.shape[1]).sum(dim=1).to(hidden_states.dtype)
 
 
 ExpertsInterface.register(NAME, triton_experts_forward)

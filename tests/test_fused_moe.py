@@ -178,3 +178,9 @@ def test_the_compiled_step_with_fused_experts_matches_the_eager_grouped_mm_step(
     assert ours.describe()["experts_implementation"] == "triton"
     cfg = EntropyBoundConfig()
     two_steps_match(WholeStep(ours, cfg), ours, adapter_factory(medium_diffusion_dir), cfg, 2)
+
+
+def test_no_tokens_give_an_empty_result():
+    ex, cfg = _experts(4, 2)
+    out = _run(ex, cfg, "triton", torch.randn(0, 48), torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, 2))
+    assert out.shape == (0, 48)
