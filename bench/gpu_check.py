@@ -234,7 +234,12 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
             say(f"note: {payload['skipped'][-1]}")
             return
         for b in plan["batches"]:
-            row = guarded(f"experts batch {b}", lambda b=b: moe_experts.compare(model, b, c, cfg.repeats))
+            try:  # kernels never run on a GPU before this check: a failure is recorded, the later phases still run
+                row = guarded(f"experts batch {b}", lambda b=b: moe_experts.compare(model, b, c, cfg.repeats))
+            except Exception as e:  # any compile or launch error of the new kernels
+                payload["skipped"].append(f"experts batch {b}: failed: {type(e).__name__}: {str(e)[:300]}")
+                say(f"note: {payload['skipped'][-1]}")
+                break
             if row:
                 payload["experts"].append(row)
         say(table(payload["experts"], moe_experts.COLUMNS))
