@@ -14,7 +14,7 @@ Here two kernels do the same arithmetic:
 - `down`: the same blocks times the expert's down projection, scaled by each pair's routing weight in float32,
   written to the pair's own row in (token, k) order (S x H).
 The top-k sum stays torch's `view(T, k, H).sum(1)` (float32 accumulation, no atomics), so a forward is
-deterministic run to run and does not depend on how the pairs were blocked. Per layer that leaves about 30 MB
+deterministic run to run. Per layer that leaves about 30 MB
 (the S x I activation written and read, the S x H pair outputs written and read, the T x H input and output).
 
 The block table (which expert and which sorted rows each program takes) is built with torch ops of static shape
@@ -244,12 +244,14 @@ def _check(x: torch.Tensor) -> None:
 
 
 @torch.library.custom_op("dgemma::moe_gate_up", mutates_args=())
-def moe_gate_up(x: torch.Tensor, w: torch.Tensor, order: torch.Tensor, table: torch.Tensor, top_k: int) -> torch.Tensor:
-    """GELU(x W_gate^T) * (x W_up^T) per pair, rows in expert-sorted order: x (T, H), w (E, 2I, H) -> (S, I)."""
+def moe_gate_up(
+    x: torch.Tensor, w: torch.Tensor, order: torch.Tensor, table: torch.Tensor, top_k: int, bm: int
+) -> torch.Tensor:
+    """GELU(x W_gate^T) * (x W_up^T) per pair, rows in expert-sorted order: x (T, H), w (E, 2I, H) -> (S, I).
+    `order`, `table`: `route(..., bm)`'s."""
     _check(x)
     inter, hidden, n_blocks = w.shape[1] // 2, w.shape[2], table.shape[1]
     out = torch.empty(order.numel(), inter, dtype=x.dtype, device=x.device)
-    bm = block_rows(order.numel(), w.shape[0])
     bn, bk = _tiles(inter), _tiles(hidden)
     _gate_up_kernel[(n_blocks * triton.cdiv(inter, bn),)](
         x, w, out, order, table, n_blocks, top_k, hidden, inter,
@@ -259,20 +261,19 @@ def moe_gate_up(x: torch.Tensor, w: torch.Tensor, order: torch.Tensor, table: to
 
 
 @moe_gate_up.register_fake
-def _(x, w, order, table, top_k):
+def _(x, w, order, table, top_k, bm):
     return x.new_empty(order.numel(), w.shape[1] // 2)
 
 
 @torch.library.custom_op("dgemma::moe_down", mutates_args=())
 def moe_down(
-    h: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, order: torch.Tensor, table: torch.Tensor
+    h: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, order: torch.Tensor, table: torch.Tensor, bm: int
 ) -> torch.Tensor:
     """(h W_down^T) * routing weight per pair, written at the pair's own row: h (S, I) sorted, w (E, H, I),
     weights (S,) in pair order -> (S, H) in pair order."""
     _check(h)
     hidden, inter, n_blocks = w.shape[1], w.shape[2], table.shape[1]
     out = torch.empty(order.numel(), hidden, dtype=h.dtype, device=h.device)
-    bm = block_rows(order.numel(), w.shape[0])
     bn, bk = _tiles(hidden), _tiles(inter)
     _down_kernel[(n_blocks * triton.cdiv(hidden, bn),)](
         h, w, weights, out, order, table, n_blocks, hidden, inter,
@@ -282,7 +283,7 @@ def moe_down(
 
 
 @moe_down.register_fake
-def _(h, w, weights, order, table):
+def _(h, w, weights, order, table, bm):
     return h.new_empty(order.numel(), w.shape[1])
 
 
@@ -298,10 +299,11 @@ def triton_experts_forward(
     if act not in GELU_TANH:
         raise ValueError(f"experts_implementation={NAME!r} implements GELU (tanh form), not {act!r}")
     tokens, top_k = top_k_index.shape
-    order, table = route(top_k_index, self.num_experts, block_rows(tokens * top_k, self.num_experts))
+    bm = block_rows(tokens * top_k, self.num_experts)
+    order, table = route(top_k_index, self.num_experts, bm)
     x = hidden_states.to(self.gate_up_proj.dtype)
-    h = torch.ops.dgemma.moe_gate_up(x, self.gate_up_proj, order, table, top_k)
-    pairs = torch.ops.dgemma.moe_down(h, self.down_proj, top_k_weights.reshape(-1), order, table)
+    h = torch.ops.dgemma.moe_gate_up(x, self.gate_up_proj, order, table, top_k, bm)
+    pairs = torch.ops.dgemma.moe_down(h, self.down_proj, top_k_weights.reshape(-1), order, table, bm)
     return pairs.view(tokens, top_k, self.down_proj.shape[1]).sum(dim=1).to(hidden_states.dtype)
 
 
