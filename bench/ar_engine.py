@@ -17,6 +17,7 @@ greedy, float32, one thread, all in one process with interleaved repeats (median
    `harness.decode.BlockDiffusionDecoder`, default entropy-bound sampler); figure ar_engine_scaling.png.
 
 These are CPU figures (a tiny model, one thread): per-step host overheads weigh far more than on a GPU.
+The workload and the contenders are `bench.ar_workload`; section 4 and its figure are `bench.ar_concurrency`.
 
     python -m bench.ar_engine [--quick] [--out-dir outputs/bench]
 """
@@ -24,22 +25,31 @@ These are CPU figures (a tiny model, one thread): per-step host overheads weigh 
 from __future__ import annotations
 
 import argparse
-import random
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench.common import OUT_DIR, interleaved, machine_info, median, print_machine, table, write_json
-
-TARGET = Path("models/checkpoints/sudoku6_ar")
-DRAFT = Path("models/checkpoints/sudoku6_ar_draft")
-DIFFUSION = Path("models/checkpoints/sudoku6_diffusion")
-EVAL_CONF = Path("conf/eval/sudoku6.yaml")
-K = 4  # draft tokens per verify step
-VARIED = (8, 80)  # per-request max_new_tokens range of the varied-length workload
-CPU_NOTE = "CPU figures (tiny 6x6 Sudoku models, float32, 1 thread): not what a GPU would show"
+from bench.ar_concurrency import concurrency, plot
+from bench.ar_workload import (
+    CPU_NOTE,
+    DIFFUSION,
+    DRAFT,
+    EVAL_CONF,
+    TARGET,
+    VARIED,
+    K,
+    count_tokens,
+    hf_generate,
+    ours,
+    race,
+    requests,
+    same_tokens,
+    sudoku_eval,
+    varied_lengths,
+)
+from bench.common import OUT_DIR, machine_info, median, print_machine, table, write_json
 
 FULL = {
     "ar_batches": {1: 16, 16: 64, 64: 128},  # batch -> puzzles
@@ -65,109 +75,18 @@ QUICK = {
 }
 
 
-# --- inputs ---------------------------------------------------------------------------------------------
-def sudoku_eval(n: int):
-    """The harness's Sudoku eval (conf/eval/sudoku6.yaml) capped at n puzzles."""
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from contract.paths import resolve_path
-
-    return instantiate(OmegaConf.load(resolve_path(EVAL_CONF)), num_puzzles=n)
-
-
-def requests(decoder, ev, n: int, max_new_tokens: list[int] | None = None, run_seed: int = 0):
-    """GenerationRequests for the first n eval items, as the harness builds them (per-sample seeds)."""
-    from contract.records import GenerationRequest
-    from contract.text import sample_seed
-
-    items = ev.items()[:n]
-    assert len(items) == n, f"the eval has {len(items)} puzzles, {n} asked for"
-    lengths = max_new_tokens or [ev.max_new_tokens] * n
-    return [
-        GenerationRequest(
-            it.sample_id, decoder.encode(it.prompt), sample_seed(run_seed, it.sample_id), m, list(ev.stop_strings)
-        )
-        for it, m in zip(items, lengths, strict=True)
-    ]
-
-
-def varied_lengths(n: int, lo: int, hi: int, seed: int = 0) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randint(lo, hi) for _ in range(n)]
-
-
-# --- contenders -----------------------------------------------------------------------------------------
-def ours(decoder, reqs, b: int) -> dict[str, list[int]]:
-    return {r.sample_id: r.token_ids for r in decoder.stream(reqs, batch_size=b)}
-
-
-def _cut(dec, row: list[int], req) -> list[int]:
-    from contract.text import cut_at_stop
-
-    return cut_at_stop(dec.tokenizer, row[: req.max_new_tokens], set(dec.eos_ids), req.stop_strings)[0]
-
-
-def hf_generate(dec, reqs, b: int, **extra) -> dict[str, list[int]]:
-    """Bare `generate()` on consecutive left-padded batches of b; each row cut at its own length and EOS."""
-    out: dict[str, list[int]] = {}
-    for s in range(0, len(reqs), b):
-        chunk = reqs[s : s + b]
-        width = max(len(r.prompt_ids) for r in chunk)
-        ids = torch.full((len(chunk), width), dec.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for i, r in enumerate(chunk):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            mask[i, width - len(r.prompt_ids) :] = 1
-        with torch.no_grad():
-            seqs = dec.model.generate(
-                ids.to(dec.device),
-                attention_mask=mask.to(dec.device),
-                max_new_tokens=max(r.max_new_tokens for r in chunk),
-                do_sample=False,
-                eos_token_id=dec.eos_ids,
-                pad_token_id=dec.pad_id,
-                **extra,
-            )
-        for r, row in zip(chunk, seqs[:, width:].tolist(), strict=True):
-            out[r.sample_id] = _cut(dec, row, r)
-    return out
-
-
-def _tokens(out: dict[str, list[int]]) -> int:
-    return sum(len(t) for t in out.values())
-
-
-def _race(fns: dict, repeats: int) -> tuple[dict[str, list[float]], dict[str, Any]]:
-    """Interleaved timing (one warm-up round) keeping each contender's last output."""
-    last: dict[str, Any] = {}
-
-    def keep(name, fn):
-        def call():
-            last[name] = fn()
-
-        return call
-
-    times = interleaved({n: keep(n, f) for n, f in fns.items()}, repeats=repeats, warmup=1)
-    return times, last
-
-
-def _same(a: dict[str, list[int]], b: dict[str, list[int]]) -> bool:
-    return a.keys() == b.keys() and all(a[k] == b[k] for k in a)
-
-
 # --- sections -------------------------------------------------------------------------------------------
 def ar_vs_generate(dec, ev, batches: dict[int, int], repeats: int) -> list[dict[str, Any]]:
     return [_ar_pair(dec, requests(dec, ev, n), b, repeats) for b, n in batches.items()]
 
 
 def _ar_pair(dec, reqs, b: int, repeats: int) -> dict[str, Any]:
-    times, out = _race({"ours": lambda: ours(dec, reqs, b), "generate": lambda: hf_generate(dec, reqs, b)}, repeats)
+    times, out = race({"ours": lambda: ours(dec, reqs, b), "generate": lambda: hf_generate(dec, reqs, b)}, repeats)
     return _pair_row(b, reqs, times, out)
 
 
 def _pair_row(b, reqs, times, out) -> dict[str, Any]:
-    tok_ours, tok_hf = _tokens(out["ours"]), _tokens(out["generate"])
+    tok_ours, tok_hf = count_tokens(out["ours"]), count_tokens(out["generate"])
     t_ours, t_hf = median(times["ours"]), median(times["generate"])
     return {
         "batch": b,
@@ -177,7 +96,7 @@ def _pair_row(b, reqs, times, out) -> dict[str, Any]:
         "generate_tokens_per_s": tok_hf / t_hf,
         "ratio": (tok_ours / t_ours) / (tok_hf / t_hf),
         "median_round_ratio": median([h / o for o, h in zip(times["ours"], times["generate"])]),
-        "same_tokens": _same(out["ours"], out["generate"]),
+        "same_tokens": same_tokens(out["ours"], out["generate"]),
         "ours_s": t_ours,
         "generate_s": t_hf,
         "rounds": times,
@@ -194,7 +113,7 @@ def varied_length(dec, ev, batch: int, n: int, repeats: int) -> dict[str, Any]:
         stats.append(dict(dec.engine.stats))
         return o
 
-    times, out = _race({"ours": run_ours, "generate": lambda: hf_generate(dec, reqs, batch)}, repeats)
+    times, out = race({"ours": run_ours, "generate": lambda: hf_generate(dec, reqs, batch)}, repeats)
     row = _pair_row(batch, reqs, times, out)
     steps_hf = sum(max(lengths[s : s + batch]) for s in range(0, n, batch))
     row.update(
@@ -249,10 +168,10 @@ def draft_section(target, dr, ev, batches: list[int], n: int, repeats: int) -> d
         return o
 
     fns = {f"ours_b{b}": run_ours(b) for b in batches} | {"assisted_b1": run_hf}
-    times, out = _race(fns, repeats)
+    times, out = race(fns, repeats)
     rows = []
     for name, ts in times.items():
-        toks = _tokens(out[name])
+        toks = count_tokens(out[name])
         forwards = nfe.get(name, hf_forwards[0])
         rows.append(
             {
@@ -263,7 +182,7 @@ def draft_section(target, dr, ev, batches: list[int], n: int, repeats: int) -> d
                 "tokens_per_s": toks / median(ts),
                 "target_forwards": forwards,
                 "tpf": toks / forwards if forwards else 0.0,
-                "same_tokens": _same(out[name], greedy),
+                "same_tokens": same_tokens(out[name], greedy),
                 "median_s": median(ts),
                 "rounds": ts,
             }
@@ -278,73 +197,6 @@ def draft_section(target, dr, ev, batches: list[int], n: int, repeats: int) -> d
         "ours_b1_over_assisted_b1": ours_rows[1]["tokens_per_s"] / hf["tokens_per_s"],
         f"ours_b{top}_over_assisted_b1": ours_rows[top]["tokens_per_s"] / hf["tokens_per_s"],
     }
-
-
-def concurrency(decoders: dict[str, Any], ev, levels: list[int], n_of, repeats: int) -> list[dict[str, Any]]:
-    """Per-user and total tokens/s of each decoder with c requests in flight (n_of(c) requests streamed)."""
-    return [row for c in levels for row in _concurrency_level(decoders, ev, c, n_of(c), repeats)]
-
-
-def _concurrency_level(decoders: dict[str, Any], ev, c: int, n: int, repeats: int) -> list[dict[str, Any]]:
-    reqs = {name: requests(d, ev, n) for name, d in decoders.items()}
-    rec: dict[str, list[tuple[float, float]]] = {name: [] for name in decoders}
-
-    def make(name):
-        def call():
-            t0 = time.perf_counter()
-            res = list(decoders[name].stream(reqs[name], batch_size=c))
-            wall = time.perf_counter() - t0
-            toks = sum(len(r.token_ids) for r in res)
-            per_user = sum(len(r.token_ids) / r.latency_s for r in res if r.latency_s > 0) / len(res)
-            rec[name].append((toks / wall, per_user))
-            return toks
-
-        return call
-
-    times, last = _race({name: make(name) for name in decoders}, repeats)
-    rows = []
-    for name in decoders:
-        kept = rec[name][-repeats:]  # the warm-up round left out
-        rows.append(
-            {
-                "decoder": name,
-                "concurrency": c,
-                "requests": n,
-                "tokens": last[name],
-                "total_tokens_per_s": median([t for t, _ in kept]),
-                "per_user_tokens_per_s": median([u for _, u in kept]),
-                "median_s": median(times[name]),
-            }
-        )
-    return rows
-
-
-def plot(rows: list[dict[str, Any]], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, key, title in (
-        (axes[0], "per_user_tokens_per_s", "per-user tokens/s (mean of tokens / latency)"),
-        (axes[1], "total_tokens_per_s", "total tokens/s (all tokens / wall)"),
-    ):
-        for name in dict.fromkeys(r["decoder"] for r in rows):
-            rs = sorted((r for r in rows if r["decoder"] == name), key=lambda r: r["concurrency"])
-            ax.plot([r["concurrency"] for r in rs], [r[key] for r in rs], marker="o", label=name)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency (requests in flight)")
-        ax.set_ylabel("tokens/s")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.suptitle("6x6 Sudoku decoders vs concurrency: " + CPU_NOTE, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 # --- run ------------------------------------------------------------------------------------------------
