@@ -31,6 +31,7 @@ even themselves, as a GPU's cast does. Block sizes are untuned defaults: `make g
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -235,6 +236,11 @@ def _tiles(n: int) -> int:
     return 64 if n >= 64 else max(16, triton.next_power_of_2(n))
 
 
+def _on(device: torch.device):
+    """Triton launches on the current CUDA device: make it the tensors' (a model spread over GPUs by `device_map`)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _check(x: torch.Tensor) -> None:
     if not available(x.device):
         raise RuntimeError(
@@ -253,10 +259,11 @@ def moe_gate_up(
     inter, hidden, n_blocks = w.shape[1] // 2, w.shape[2], table.shape[1]
     out = torch.empty(order.numel(), inter, dtype=x.dtype, device=x.device)
     bn, bk = _tiles(inter), _tiles(hidden)
-    _gate_up_kernel[(n_blocks * triton.cdiv(inter, bn),)](
-        x, w, out, order, table, n_blocks, top_k, hidden, inter,
-        *x.stride(), *w.stride(), *out.stride(), BM=bm, BN=bn, BK=bk, **_interpreter_flags(out),
-    )  # fmt: skip
+    with _on(x.device):
+        _gate_up_kernel[(n_blocks * triton.cdiv(inter, bn),)](
+            x, w, out, order, table, n_blocks, top_k, hidden, inter,
+            *x.stride(), *w.stride(), *out.stride(), BM=bm, BN=bn, BK=bk, **_interpreter_flags(out),
+        )  # fmt: skip
     return out
 
 
@@ -275,10 +282,11 @@ def moe_down(
     hidden, inter, n_blocks = w.shape[1], w.shape[2], table.shape[1]
     out = torch.empty(order.numel(), hidden, dtype=h.dtype, device=h.device)
     bn, bk = _tiles(hidden), _tiles(inter)
-    _down_kernel[(n_blocks * triton.cdiv(hidden, bn),)](
-        h, w, weights, out, order, table, n_blocks, hidden, inter,
-        *h.stride(), *w.stride(), *out.stride(), BM=bm, BN=bn, BK=bk, **_interpreter_flags(out),
-    )  # fmt: skip
+    with _on(h.device):
+        _down_kernel[(n_blocks * triton.cdiv(hidden, bn),)](
+            h, w, weights, out, order, table, n_blocks, hidden, inter,
+            *h.stride(), *w.stride(), *out.stride(), BM=bm, BN=bn, BK=bk, **_interpreter_flags(out),
+        )  # fmt: skip
     return out
 
 
