@@ -93,6 +93,8 @@ class ARDecoder:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        fused_moe.loading_kwargs(experts, device)  # a bad choice fails before the tokenizer and weights load
         path = resolve_model_ref(path, "model.path")
         tokenizer = resolve_model_ref(tokenizer, "model.tokenizer") if tokenizer else path
         if num_threads:
@@ -102,8 +104,6 @@ class ARDecoder:
         self.resumable = True  # every random number is keyed by (sample seed, position): batch-invariant
         self.enable_thinking = enable_thinking
         self.device_map, self.attn_implementation = device_map, attn_implementation
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        fused_moe.loading_kwargs(experts, device)  # a bad choice fails before the tokenizer and weights load
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, revision=None if tokenizer != path else revision)
         self.model = load_causal_lm(
             path, dtype, device, device_map, attn_implementation, revision=revision, experts=experts

@@ -139,10 +139,12 @@ def test_unsupported_experts_are_refused():
 def test_model_experts_is_checked_before_anything_loads(tmp_path):
     """A bad `model.experts`, or `triton` where it cannot run (a CPU without the interpreter), fails with the
     option's name before the checkpoint is even resolved (the path does not exist)."""
+    from models.ar import ARDecoder
     from models.diffusion_gemma import DiffusionGemmaAdapter
 
-    with pytest.raises(ValueError, match="model.experts must be one of"):
-        DiffusionGemmaAdapter(str(tmp_path / "missing"), experts="fast")
+    for decoder in (DiffusionGemmaAdapter, ARDecoder):
+        with pytest.raises(ValueError, match="model.experts must be one of"):
+            decoder(str(tmp_path / "missing"), experts="fast")
     code = (
         "from models.diffusion_gemma import DiffusionGemmaAdapter\n"
         "try:\n"
