@@ -207,3 +207,22 @@ def test_the_engine_with_fused_experts_decodes_as_with_grouped_mm(adapter_factor
         ]
         results[experts] = {r.sample_id: (r.token_ids, r.nfe, r.accepted_per_step) for r in dec.stream(reqs, 3)}
     assert results["triton"] == results["grouped_mm"]
+
+
+def test_without_triton_models_load_and_the_option_is_refused():
+    """Every model load imports models.fused_moe: with no importable triton it still imports, and only
+    `model.experts=triton` is refused, by name."""
+    code = (
+        "import sys\n"
+        "sys.modules['triton'] = None\n"  # `import triton` raises ImportError
+        "from models import fused_moe\n"
+        "assert not fused_moe.available('cuda')\n"
+        "assert fused_moe.loading_kwargs('grouped_mm', 'cuda') == {'experts_implementation': 'grouped_mm'}\n"
+        "try:\n"
+        "    fused_moe.loading_kwargs('triton', 'cuda')\n"
+        "except ValueError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert "refused: model.experts=triton needs Triton" in out.stdout, out.stderr[-2000:]
