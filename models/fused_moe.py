@@ -7,7 +7,7 @@ the S x I activation, the S x H down output and its S x H weighted, un-permuted 
 and one 256-token canvas (S = 2,048) that is about 63 MB per layer, 1.9 GB per step: on an H100 at batch 1 the
 step's largest cost above the roofline floor after the expert weights themselves (`make gpu-plan`).
 
-Here two kernels do the same arithmetic:
+Here two launches of one kernel (`_grouped_kernel`) do the same arithmetic:
 - `gate_up`: a program takes a block of up to BM pairs routed to one expert and BN columns of its gate and up
   projections; it reads the pairs' token rows in place (by index: no gathered copy), accumulates gate and up in
   float32 and writes GELU(gate) * up (S x I, in the pairs' expert-sorted order);
@@ -128,70 +128,19 @@ if triton is not None:
         return tl.load(table_ptr + blk), rows, rows < end, cols, cols < width
 
     @triton.jit
-    def _gate_up_kernel(
-        x_ptr,
-        w_ptr,
-        out_ptr,
-        order_ptr,
-        table_ptr,
-        n_blocks,
-        top_k,
-        hidden,
-        inter,
-        sx0,
-        sx1,
-        sw0,
-        sw1,
-        sw2,
-        so0,
-        so1,
-        BM: tl.constexpr,
-        BN: tl.constexpr,
-        BK: tl.constexpr,
-        F32_DOT: tl.constexpr,
-        RNE_BF16: tl.constexpr,
-    ):
-        e, rows, rmask, cols, cmask = _program(table_ptr, n_blocks, inter, BM, BN)
-        if e < 0:
-            return
-        token = tl.load(order_ptr + rows, mask=rmask, other=0) // top_k
-        w_base = w_ptr + e.to(tl.int64) * sw0
-        acc_g = tl.zeros((BM, BN), dtype=tl.float32)
-        acc_u = tl.zeros((BM, BN), dtype=tl.float32)
-        for k0 in range(0, hidden, BK):
-            ks = k0 + tl.arange(0, BK)
-            kmask = ks < hidden
-            x = tl.load(
-                x_ptr + token[:, None] * sx0 + ks[None, :] * sx1, mask=rmask[:, None] & kmask[None, :], other=0.0
-            )
-            wmask = kmask[:, None] & cmask[None, :]
-            wg = tl.load(w_base + cols[None, :] * sw1 + ks[:, None] * sw2, mask=wmask, other=0.0)
-            wu = tl.load(w_base + (cols[None, :] + inter) * sw1 + ks[:, None] * sw2, mask=wmask, other=0.0)
-            if F32_DOT:
-                x, wg, wu = x.to(tl.float32), wg.to(tl.float32), wu.to(tl.float32)
-            acc_g = tl.dot(x, wg, acc_g)
-            acc_u = tl.dot(x, wu, acc_u)
-        # GELU, tanh form: 0.5 g (1 + tanh(z)) = g * sigmoid(2 z), z = sqrt(2 / pi) (g + 0.044715 g^3)
-        h = acc_g * tl.sigmoid(1.5957691216057308 * (acc_g + 0.044715 * acc_g * acc_g * acc_g)) * acc_u
-        tl.store(
-            out_ptr + rows[:, None] * so0 + cols[None, :] * so1,
-            _to_out(h, out_ptr, RNE_BF16),
-            mask=rmask[:, None] & cmask[None, :],
-        )
-
-    @triton.jit
-    def _down_kernel(
-        h_ptr,
+    def _grouped_kernel(
+        a_ptr,
         w_ptr,
         rw_ptr,
         out_ptr,
         order_ptr,
         table_ptr,
         n_blocks,
-        hidden,
-        inter,
-        sh0,
-        sh1,
+        top_k,
+        width,
+        depth,
+        sa0,
+        sa1,
         sw0,
         sw1,
         sw2,
@@ -200,29 +149,48 @@ if triton is not None:
         BM: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
+        GATE_UP: tl.constexpr,
         F32_DOT: tl.constexpr,
         RNE_BF16: tl.constexpr,
     ):
-        e, rows, rmask, cols, cmask = _program(table_ptr, n_blocks, hidden, BM, BN)
+        # a block of expert-sorted pairs times BN output columns of its expert's (E, N, depth) weight. GATE_UP: the
+        # rows of `a` are the pairs' tokens (order // top_k), the weight holds [gate; up] (N = 2 width), and
+        # GELU(gate) * up goes to the sorted row; else `a` holds the sorted rows, and the output, scaled by the
+        # pair's routing weight, goes to the pair's own row (order)
+        e, rows, rmask, cols, cmask = _program(table_ptr, n_blocks, width, BM, BN)
         if e < 0:
             return
         pair = tl.load(order_ptr + rows, mask=rmask, other=0)
+        if GATE_UP:
+            a_rows, out_rows = pair // top_k, rows
+        else:
+            a_rows, out_rows = rows, pair
         w_base = w_ptr + e.to(tl.int64) * sw0
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k0 in range(0, inter, BK):
+        acc_up = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, depth, BK):
             ks = k0 + tl.arange(0, BK)
-            kmask = ks < inter
-            hmask = rmask[:, None] & kmask[None, :]
-            h = tl.load(h_ptr + rows[:, None] * sh0 + ks[None, :] * sh1, mask=hmask, other=0.0)
+            kmask = ks < depth
+            a = tl.load(
+                a_ptr + a_rows[:, None] * sa0 + ks[None, :] * sa1, mask=rmask[:, None] & kmask[None, :], other=0.0
+            )
             wmask = kmask[:, None] & cmask[None, :]
             w = tl.load(w_base + cols[None, :] * sw1 + ks[:, None] * sw2, mask=wmask, other=0.0)
             if F32_DOT:
-                h, w = h.to(tl.float32), w.to(tl.float32)
-            acc = tl.dot(h, w, acc)
-        rw = tl.load(rw_ptr + pair, mask=rmask, other=0.0).to(tl.float32)
-        acc = acc * rw[:, None]
+                a, w = a.to(tl.float32), w.to(tl.float32)
+            acc = tl.dot(a, w, acc)
+            if GATE_UP:
+                wu = tl.load(w_base + (cols[None, :] + width) * sw1 + ks[:, None] * sw2, mask=wmask, other=0.0)
+                if F32_DOT:
+                    wu = wu.to(tl.float32)
+                acc_up = tl.dot(a, wu, acc_up)
+        if GATE_UP:
+            # GELU, tanh form: 0.5 g (1 + tanh(z)) = g * sigmoid(2 z), z = sqrt(2 / pi) (g + 0.044715 g^3)
+            acc = acc * tl.sigmoid(1.5957691216057308 * (acc + 0.044715 * acc * acc * acc)) * acc_up
+        else:
+            acc = acc * tl.load(rw_ptr + pair, mask=rmask, other=0.0).to(tl.float32)[:, None]
         tl.store(
-            out_ptr + pair[:, None] * so0 + cols[None, :] * so1,
+            out_ptr + out_rows[:, None] * so0 + cols[None, :] * so1,
             _to_out(acc, out_ptr, RNE_BF16),
             mask=rmask[:, None] & cmask[None, :],
         )
@@ -249,22 +217,26 @@ def _check(x: torch.Tensor) -> None:
         )
 
 
+def _launch(a, w, weights, out, order, table, top_k: int, bm: int, gate_up: bool) -> torch.Tensor:
+    _check(a)
+    width, depth, n_blocks = out.shape[1], w.shape[2], table.shape[1]
+    bn, bk = _tiles(width), _tiles(depth)
+    with _on(a.device):
+        _grouped_kernel[(n_blocks * triton.cdiv(width, bn),)](
+            a, w, weights, out, order, table, n_blocks, top_k, width, depth,
+            *a.stride(), *w.stride(), *out.stride(), BM=bm, BN=bn, BK=bk, GATE_UP=gate_up, **_interpreter_flags(out),
+        )  # fmt: skip
+    return out
+
+
 @torch.library.custom_op("dgemma::moe_gate_up", mutates_args=())
 def moe_gate_up(
     x: torch.Tensor, w: torch.Tensor, order: torch.Tensor, table: torch.Tensor, top_k: int, bm: int
 ) -> torch.Tensor:
     """GELU(x W_gate^T) * (x W_up^T) per pair, rows in expert-sorted order: x (T, H), w (E, 2I, H) -> (S, I).
     `order`, `table`: `route(..., bm)`'s."""
-    _check(x)
-    inter, hidden, n_blocks = w.shape[1] // 2, w.shape[2], table.shape[1]
-    out = torch.empty(order.numel(), inter, dtype=x.dtype, device=x.device)
-    bn, bk = _tiles(inter), _tiles(hidden)
-    with _on(x.device):
-        _gate_up_kernel[(n_blocks * triton.cdiv(inter, bn),)](
-            x, w, out, order, table, n_blocks, top_k, hidden, inter,
-            *x.stride(), *w.stride(), *out.stride(), BM=bm, BN=bn, BK=bk, **_interpreter_flags(out),
-        )  # fmt: skip
-    return out
+    out = x.new_empty(order.numel(), w.shape[1] // 2)
+    return _launch(x, w, None, out, order, table, top_k, bm, gate_up=True)
 
 
 @moe_gate_up.register_fake
@@ -278,16 +250,7 @@ def moe_down(
 ) -> torch.Tensor:
     """(h W_down^T) * routing weight per pair, written at the pair's own row: h (S, I) sorted, w (E, H, I),
     weights (S,) in pair order -> (S, H) in pair order."""
-    _check(h)
-    hidden, inter, n_blocks = w.shape[1], w.shape[2], table.shape[1]
-    out = torch.empty(order.numel(), hidden, dtype=h.dtype, device=h.device)
-    bn, bk = _tiles(hidden), _tiles(inter)
-    with _on(h.device):
-        _down_kernel[(n_blocks * triton.cdiv(hidden, bn),)](
-            h, w, weights, out, order, table, n_blocks, hidden, inter,
-            *h.stride(), *w.stride(), *out.stride(), BM=bm, BN=bn, BK=bk, **_interpreter_flags(out),
-        )  # fmt: skip
-    return out
+    return _launch(h, w, weights, h.new_empty(order.numel(), w.shape[1]), order, table, 1, bm, gate_up=False)
 
 
 @moe_down.register_fake
