@@ -20,10 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
+
+if TYPE_CHECKING:  # peft is imported where an adapter is made or loaded: a model without one never needs it
+    from peft import LoraConfig, PeftModel
 
 EXCLUDED_PARTS = ("vision", "audio", "lm_head")  # module-path parts never adapted (not text layers / the head)
 
@@ -108,6 +111,8 @@ def targets(model: nn.Module, spec: LoraSpec) -> tuple[list[str], list[str]]:
 def lora_config(model: nn.Module, spec: LoraSpec) -> LoraConfig:
     if spec.rank < 1:
         raise ValueError(f"lora.rank: must be >= 1, got {spec.rank}")
+    from peft import LoraConfig
+
     modules, params = targets(model, spec)
     return LoraConfig(
         r=spec.rank,
@@ -129,6 +134,8 @@ def _bind(model: nn.Module, peft_model: PeftModel, aliases: list[Alias]) -> Peft
 def attach_lora(model: nn.Module, spec: LoraSpec) -> PeftModel:
     """Wrap `model` with fresh LoRA adapters (B = 0: the output is unchanged), one per shared weight; only the
     LoRA parameters are trainable."""
+    from peft import get_peft_model
+
     aliases = shared_aliases(model)
     config = lora_config(model, spec)
     _alias(model, aliases)  # before wrapping: peft walks de-duplicated modules, so each shared weight wraps once
@@ -143,6 +150,8 @@ def load_adapter(model: nn.Module, path: str | Path, merge: bool = True) -> nn.M
     path = Path(path)
     if not (path / "adapter_config.json").is_file():
         raise FileNotFoundError(f"model.adapter: {path} holds no adapter_config.json (not a LoRA adapter folder)")
+    from peft import PeftModel
+
     aliases = shared_aliases(model)
     _alias(model, aliases)
     peft_model = _bind(model, PeftModel.from_pretrained(model, str(path)), aliases)

@@ -351,3 +351,19 @@ def test_gradient_checkpointing_gives_the_same_adapter_gradients(lora_base_dir, 
     (loss_a, ga), (loss_b, gb) = grads
     assert loss_a == pytest.approx(loss_b, abs=1e-6) and ga.keys() == gb.keys()
     assert all(torch.allclose(ga[n], gb[n], atol=1e-6) for n in ga) and any(g.abs().sum() > 0 for g in ga.values())
+
+
+def test_a_run_without_an_adapter_never_imports_peft(tmp_path):
+    """The GPU machine has a peft of its own, built for another transformers: the GPU check (and any run with no
+    `model.adapter`) must not import it. With peft made unimportable, `bench.gpu_check --tiny` builds the
+    released-shape model, its adapter and the engine, and runs its forwards."""
+    code = (
+        "import runpy, sys\n"
+        "sys.modules['peft'] = None\n"  # `import peft` raises ImportError
+        f"sys.argv = ['gpu_check', '--tiny', '--phases', 'forward', '--out-dir', {str(tmp_path)!r}]\n"
+        "runpy.run_module('bench.gpu_check', run_name='__main__')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    saved = json.loads((tmp_path / "gpu_check_tiny.json").read_text())
+    assert saved["forward"] and all(r["denoise_ms"] > 0 for r in saved["forward"])
