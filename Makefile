@@ -6,7 +6,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: venv test test-fast lint sweep search films tiny-models pareto bench gpu-check gpu-plan clean
+.PHONY: venv test test-fast lint sweep search films tiny-models pareto bench gpu-check gpu-plan kernel-build clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -62,6 +62,9 @@ bench: venv  ## CPU benchmarks (side-by-side ratios), JSON under outputs/bench/
 
 gpu-plan: venv  ## GPU cost model (roofline arithmetic from the traced ops of the running code; docs/gpu_plan.md), JSON under outputs/bench/
 	$(PY) -m bench.gpu_plan
+
+kernel-build: venv  ## compile the Triton kernels for sm_90 here, no GPU needed: registers, spills, shared memory (bench/kernel_build.py)
+	env -u TRITON_INTERPRET $(PY) -m bench.kernel_build
 
 gpu-check:  ## one prepared GPU script (docs/gpu_check.md); offline: the machine's torch + wheels in .whl/
 	test ! -d .whl || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
