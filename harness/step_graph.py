@@ -46,30 +46,35 @@ from samplers.config import SamplerConfig
 
 # graphs one compiled function may hold: a graph per (bucket, commit bucket, cache capacity), up to 7 buckets
 # (1..64 rows) times up to 7 commit buckets times a few capacities in a long run, and every instance of a class
-# shares its function's graphs (dynamo's default: 8)
+# shares its function's graphs (dynamo's default: 8); and all compiled functions of the process together
 GRAPHS_PER_FUNCTION = 256
+GRAPHS_PER_PROCESS = 1024
 # the full layers attend the slots up to the longest row rounded up to this (`WholeStep.span_of`): at most this much
 # padding per row, and on CUDA one graph capture per multiple of it (4 canvases at the released C = 256)
 SPAN_QUANTUM = 1024
 
 
 def allow_graphs() -> None:
-    """Raise dynamo's recompile limit to `GRAPHS_PER_FUNCTION` (never lower it): with `fullgraph=True` the limit
-    is a hard failure, not a fallback to eager."""
+    """Raise dynamo's recompile limits to `GRAPHS_PER_FUNCTION` per function and `GRAPHS_PER_PROCESS` in all
+    (never lower them): with `fullgraph=True` a limit is a hard failure, not a fallback to eager."""
     config = torch._dynamo.config
     config.recompile_limit = max(config.recompile_limit, GRAPHS_PER_FUNCTION)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, GRAPHS_PER_PROCESS)
 
 
 def replay(graph, args: tuple, in_place: tuple, fn: Callable | None = None):
     """`(fn or graph.fn)(*args)` for a compiled graph object (`WholeStep`, `harness.commit_graph.WholeCommit`),
     counting the graphs it compiles in `graph.graphs`. Under `mode="reduce-overhead"` (`graph.static`) the buffers
-    it writes in place are static addresses (a new address, a grown cache: a new graph), a CUDA-graph step begins,
-    and the outputs are cloned out of the graph's pool before the next replay overwrites it."""
+    it writes in place are static addresses, a CUDA-graph step begins, and the outputs are cloned out of the graph's
+    pool before the next replay overwrites it. The marks are unguarded: the engine passes a new view of the same
+    buffer every step (`logits.raw[:b]`), which a guard on the tensor would recompile for, and a guarded tensor
+    stays referenced by its graph (every grown cache kept alive). A new address (a grown cache) makes the
+    CUDA-graph tree record again instead."""
     stats = torch._dynamo.utils.counters["stats"]
     before = stats["unique_graphs"]
     if graph.static:
         for t in in_place:
-            torch._dynamo.mark_static_address(t, guard=True)
+            torch._dynamo.mark_static_address(t, guard=False)
         torch.compiler.cudagraph_mark_step_begin()
     out = (fn or graph.fn)(*args)
     if graph.static:

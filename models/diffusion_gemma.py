@@ -118,6 +118,7 @@ class DiffusionGemmaAdapter:
         self._encoder = model.model.encoder
         self._layer_calls = list(model.model.decoder.layers)
         self.compile = compile_mode(compile)
+        check_graph_experts(self.compile, model)
         if self.compile == "layers":
             self._encoder = torch.compile(self._encoder)
             self._layer_calls = [torch.compile(layer) for layer in self._layer_calls]
@@ -372,6 +373,22 @@ def compile_mode(value: bool | str | None) -> str | None:
     if value == "step":
         return "step"
     raise ValueError(f"model.compile: false, true / layers or step, got {value!r}")
+
+
+def check_graph_experts(compile: str | None, model) -> None:
+    """`model.compile=step` on CUDA replays CUDA graphs, and no host sync may run inside one. Under torch.compile
+    transformers' `grouped_mm` experts use torch's grouped matmul for bfloat16 weights only; for other dtypes they
+    call a fallback op that reads the expert offsets back to the host (`offs.tolist()`), which fails inside a
+    CUDA-graph capture. Refused here, when the model is bound, rather than at the first step's capture."""
+    if compile != "step" or model.device.type != "cuda" or model.dtype == torch.bfloat16:
+        return
+    experts = model.config.get_text_config()._experts_implementation
+    if experts in (None, "grouped_mm"):
+        raise ValueError(
+            f"model.compile=step on CUDA needs model.dtype=bfloat16 with the default experts (got {model.dtype}): "
+            "transformers' grouped_mm experts sync with the host for other dtypes, which a CUDA graph cannot hold; "
+            "use model.dtype=bfloat16, model.experts=triton or model.compile=layers"
+        )
 
 
 def _append_to_slots(original, layer_idx: int, past_key_values, key_states, value_states):
