@@ -31,6 +31,7 @@ Needs transformers >= 5.23 (DiffusionGemma); see docs/gpu_check.md to install it
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -180,6 +181,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         "forward": [],
         "loop": [],
         "compiled": [],
+        "compiled_fold": [],
         "agreement": None,
         "sampler": [],
         "experts": [],
@@ -201,21 +203,35 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
             payload["total_s"] = time.perf_counter() - t0
             write_json(name, payload, **dest)
 
+    def note(text: str) -> None:
+        payload["skipped"].append(text)
+        say(f"note: {text}")
+
     def guarded(what: str, fn):
-        """Run fn; an OOM is recorded (and the run goes on) instead of ending the check."""
+        """Run fn; an OOM is recorded (and the run goes on) instead of ending the check. So is any other error on
+        a GPU, where the code runs for the first time and a rerun costs minutes of a lent machine; on the CPU
+        (`--tiny`, the tests) it is raised."""
         try:
             return fn()
         except torch.OutOfMemoryError as e:
-            payload["skipped"].append(f"{what}: out of memory ({str(e).splitlines()[0][:160]})")
-            say(f"note: {payload['skipped'][-1]}")
+            note(f"{what}: out of memory ({str(e).splitlines()[0][:160]})")
             reset_peak_memory(cfg.device)
-            return None
+        except Exception as e:
+            if not is_cuda(cfg.device):
+                raise
+            note(f"{what}: failed: {type(e).__name__}: {str(e)[:300]}")
+            reset_peak_memory(cfg.device)
+        return None
+
+    def record(key: str, row) -> None:
+        """Keep a measured row, on disk at once: a run killed at its time limit keeps every finished row."""
+        if row:
+            payload[key].append(row)
+            write_json(name, payload, **dest)
 
     def forwards():
         for b in plan["batches"]:
-            row = guarded(f"forward batch {b}", lambda b=b: forward_costs(adapter, b, cfg, fused))
-            if row:
-                payload["forward"].append(row)
+            record("forward", guarded(f"forward batch {b}", lambda b=b: forward_costs(adapter, b, cfg, fused)))
         say(table(payload["forward"], FORWARD_COLUMNS))
 
     def sampler():
@@ -224,24 +240,15 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
                 f"sampler batch {b}",
                 lambda b=b: sampler_step.bench_one(b, c, v, cfg.sampler_repeats, warmup=1, device=cfg.device),
             )
-            if row:
-                payload["sampler"].append(row)
+            record("sampler", row)
         say(table(payload["sampler"], SAMPLER_COLUMNS))
 
     def experts():
         if not fused_moe.available(cfg.device):
-            payload["skipped"].append("experts: model.experts=triton needs CUDA (or TRITON_INTERPRET=1)")
-            say(f"note: {payload['skipped'][-1]}")
+            note("experts: model.experts=triton needs CUDA (or TRITON_INTERPRET=1)")
             return
         for b in plan["batches"]:
-            try:  # kernels never run on a GPU before this check: a failure is recorded, the later phases still run
-                row = guarded(f"experts batch {b}", lambda b=b: moe_experts.compare(model, b, c, cfg.repeats))
-            except Exception as e:  # any compile or launch error of the new kernels
-                payload["skipped"].append(f"experts batch {b}: failed: {type(e).__name__}: {str(e)[:300]}")
-                say(f"note: {payload['skipped'][-1]}")
-                break
-            if row:
-                payload["experts"].append(row)
+            record("experts", guarded(f"experts batch {b}", lambda b=b: moe_experts.compare(model, b, c, cfg.repeats)))
         say(table(payload["experts"], moe_experts.COLUMNS))
 
     def agreement():
@@ -254,15 +261,13 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         for b in plan["batches"]:
             projected = projected_loop_s(cfg, b, payload["forward"], c, b in plan["generate_batches"])
             if time.perf_counter() - t0 + projected > cfg.deadline_s:
-                payload["skipped"].append(
+                note(
                     f"loop batch {b}: would end past the {cfg.deadline_s:.0f}s deadline "
                     f"(projected {projected:.0f}s from the forward timings)"
                 )
-                say(f"note: {payload['skipped'][-1]}")
                 continue
             row = guarded(f"loop batch {b}", lambda b=b: loop_overhead(adapter, cfg, b, b in plan["generate_batches"]))
-            if row:
-                payload["loop"].append(row)
+            record("loop", row)
         say(table(payload["loop"], LOOP_COLUMNS))
 
     phase("forward", forwards)
@@ -273,27 +278,36 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     def compiled():
         """`model.compile=step`'s step (one graph per bucket; CUDA graphs on CUDA) vs the eager step: host ops, step
         time, compile time, graphs and breaks, logits difference and tokens. Last: compiling the 26B step takes
-        minutes, so a batch is skipped once the deadline has passed."""
+        minutes, so a batch is skipped unless it is projected to end before the deadline: 1.5x the first batch's
+        wall time for a later batch (its own compile), 3x for the fold (three graphs compile)."""
         from bench import step_graph
 
         mode = "reduce-overhead" if is_cuda(cfg.device) else None
+        first_s = 0.0  # the first compiled batch's wall time, which the projections scale
+
+        def fits(what: str, factor: float) -> bool:
+            elapsed = time.perf_counter() - t0
+            if elapsed + factor * first_s <= cfg.deadline_s:
+                return True
+            note(f"{what}: would end past the {cfg.deadline_s:.0f}s deadline (projected {factor * first_s:.0f}s)")
+            return False
+
         for b in cfg.compiled_batches:
-            if time.perf_counter() - t0 > cfg.deadline_s:
-                payload["skipped"].append(f"compiled batch {b}: past the {cfg.deadline_s:.0f}s deadline")
-                say(f"note: {payload['skipped'][-1]}")
+            if not fits(f"compiled batch {b}", 1.5):
                 continue
+            t = time.perf_counter()
             row = guarded(f"compiled batch {b}", lambda b=b: step_graph.compare(adapter, b, cfg.repeats, mode))
-            if row:
-                payload["compiled"].append({**row, "mode": mode})
+            first_s = first_s or time.perf_counter() - t
+            record("compiled", row and {**row, "mode": mode})
         say(table(payload["compiled"], COMPILED_COLUMNS))
         b = max(cfg.compiled_batches, default=0)
-        if b and time.perf_counter() - t0 <= cfg.deadline_s:  # a step with a third of its rows committing
+        if b and fits(f"compiled fold batch {b}", 3.0):  # a step with a third of its rows committing
             fold = guarded(
                 f"compiled fold batch {b}",
                 lambda: step_graph.compare_fold(adapter, b, max(1, b // 3), cfg.repeats, mode),
             )
             if fold:
-                payload["compiled_fold"] = [{**fold, "mode": mode}]
+                record("compiled_fold", {**fold, "mode": mode})
                 say(table(payload["compiled_fold"], list(fold)))
 
     phase("loop", loops)
@@ -334,6 +348,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out-dir", default=None)
     p.add_argument("--plan", default=None, help="`make gpu-plan`'s JSON to compare with (default outputs/bench/)")
     a = p.parse_args(argv)
+    # `timeout` stops a run with SIGTERM: exit through Python, so each phase's `finally` writes what it measured
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cfg = CheckConfig.tiny_cpu() if a.tiny else CheckConfig()
     threads = a.threads or (1 if a.tiny else None)
     if threads:  # tiny models on a shared CPU: multi-threaded small ops wait on busy cores

@@ -36,6 +36,7 @@ LOOP_COLUMNS = [
     "nfe_ok",
     "calls_match",
     "peak_gib",
+    "generate_peak_gib",
 ]
 AGREE_COLUMNS = [
     "requests",
@@ -127,10 +128,12 @@ def loop_overhead(adapter, cfg, b: int, with_generate: bool) -> dict[str, Any]:
     engine_calls, bare_calls = Counter(), Counter()
     with counting_calls(adapter, engine_calls):
         results = engine()
+    engine_memory = memory_gib(dev)  # the engine's own peak: bare() and generate() run after it
     with counting_calls(adapter, bare_calls):
         bare()
-    hf_forwards, generate_skipped = 0, None
+    hf_forwards, generate_skipped, generate_memory = 0, None, {}
     if with_generate:
+        reset_peak_memory(dev)
 
         def count(*_):
             nonlocal hf_forwards
@@ -139,13 +142,22 @@ def loop_overhead(adapter, cfg, b: int, with_generate: bool) -> dict[str, Any]:
         handle = adapter.model.model.decoder.register_forward_pre_hook(count)
         try:
             hf()
+            generate_memory = memory_gib(dev)
         except torch.OutOfMemoryError as e:  # generate() holds far more logits than the engine: keep the rest
             with_generate, generate_skipped = False, f"out of memory ({str(e).splitlines()[0][:160]})"
             reset_peak_memory(dev)
         finally:
             handle.remove()
     fns = {"bare": bare, "engine": engine, **({"generate": hf} if with_generate else {})}
-    times = interleaved(fns, repeats=cfg.loop_repeats, warmup=0, device=dev)
+    try:
+        times = interleaved(fns, repeats=cfg.loop_repeats, warmup=0, device=dev)
+    except torch.OutOfMemoryError as e:  # in generate()'s timed runs (a fragmented pool): time the other two
+        if not with_generate:
+            raise
+        with_generate, generate_skipped = False, f"out of memory in its timed runs ({str(e).splitlines()[0][:160]})"
+        reset_peak_memory(dev)
+        fns.pop("generate")
+        times = interleaved(fns, repeats=cfg.loop_repeats, warmup=0, device=dev)
     base, n_steps = median(times["bare"]), k * s
     row: dict[str, Any] = {
         "batch": b,
@@ -168,7 +180,9 @@ def loop_overhead(adapter, cfg, b: int, with_generate: bool) -> dict[str, Any]:
         row["generate_overhead_ms_per_step"] = 1e3 * (row["generate_s"] - base) / n_steps
         row["generate_over_engine"] = row["generate_s"] / row["engine_s"]
         row["generate_forwards_ok"] = hf_forwards == n_steps
-    row.update(memory_gib(dev))
+    row.update(engine_memory)  # peak_gib: the engine's, as `engine_estimate_gib` plans it
+    if generate_memory:
+        row["generate_peak_gib"] = generate_memory["peak_gib"]
     row["rounds"] = times
     return row
 

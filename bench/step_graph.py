@@ -149,6 +149,7 @@ def compare_fold(adapter, b: int, k: int, repeats: int, mode: str | None = None)
     keys = states["eager"][4]
     rows = list(range(b - 1, -1, -max(1, b // k)))[:k]
     commit = torch.randint(3, adapter.vocab_size, (k, c), generator=torch.Generator().manual_seed(k))
+    commit = commit.to(adapter.device)  # the generator is a CPU one: on a GPU the canvas must move
     sc_rows = [r not in rows for r in range(b)]
     temperature = cfg.temperatures(keys[2])
     start = states["eager"][3].clone()
