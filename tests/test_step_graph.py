@@ -126,16 +126,18 @@ def test_the_compiled_step_matches_the_eager_step(adapter_factory, request, fixt
 def test_the_engine_with_a_compiled_step_decodes_as_eager(adapter_factory, windowed_dir, mode):
     """Continuous batching at batch 3 (bucket 4, then 2 and 1 as the run drains): every sample's tokens, steps
     and accept counts equal the eager engine's, and one graph is compiled per bucket. `reduce-overhead` is the
-    engine's mode on CUDA: here inductor runs it without CUDA graphs, but its static-address marks and dynamo's
-    guards are the same, so a graph compiled per step (a guard on the per-step view of the logits workspace)
-    shows here."""
+    engine's mode on CUDA: its static-address marks and dynamo's guards are the same here, where no CUDA graph runs,
+    so a graph compiled per step (a guard on the per-step view of the logits workspace) shows here; the backend is
+    `aot_eager` for that run (the guards are dynamo's, before any backend; inductor's seven CPU compiles would take
+    minutes)."""
     eager = adapter_factory(windowed_dir)
     whole = adapter_factory(windowed_dir, compile="step")
     results = {}
     for name, adapter in (("eager", eager), ("step", whole)):
         dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
         if name == "step" and mode:  # as BlockDiffusionDecoder sets them up on a CUDA model
-            dec._whole, dec._commit_graph = WholeStep(adapter, dec.sampler, mode=mode), WholeCommit(adapter, mode=mode)
+            graph = {"backend": "aot_eager", "mode": mode}
+            dec._whole, dec._commit_graph = WholeStep(adapter, dec.sampler, **graph), WholeCommit(adapter, **graph)
         reqs = [
             GenerationRequest(f"s{i}", adapter.encode(p), seed=100 + i, max_new_tokens=8 * (1 + i % 3))
             for i, p in enumerate(PROMPTS)
