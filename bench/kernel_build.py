@@ -20,7 +20,6 @@ multiples of 16 and of pointers, whose tensors here start their storage (the cac
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -28,9 +27,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import torch
 
@@ -72,7 +72,7 @@ class Built:
     shared_bytes: int  # static + dynamic shared memory of one block
     compile_s: float  # about 0 when Triton's cache (TRITON_CACHE_DIR) held the same kernel
     mma: str  # the tensor-core instructions of tl.dot in the PTX: "wgmma" (Hopper), "mma" (sm_80 style) or "-"
-    fits: bool = field(default=False)
+    fits: bool  # registers and shared memory within one SM's limits
 
 
 class _Recorder:
@@ -88,14 +88,9 @@ class _Recorder:
         return call
 
 
-@contextlib.contextmanager
-def _replaced(module, attr: str, value):
-    saved = getattr(module, attr)
-    setattr(module, attr, value)
-    try:
-        yield saved
-    finally:
-        setattr(module, attr, saved)
+def _declared(kernel) -> set[str]:
+    """The kernel's own `tl.constexpr` parameters."""
+    return {p.name for p in kernel.params if p.is_constexpr}
 
 
 def released_launches(batches: tuple[int, ...] = (1, 32)) -> list[Launch]:
@@ -114,7 +109,7 @@ def released_launches(batches: tuple[int, ...] = (1, 32)) -> list[Launch]:
     launches: list[Launch] = []
     moe = _Recorder(fused_moe._grouped_kernel, "moe", launches)
     # the launcher's CUDA check is skipped: its tensors here are meta
-    with _replaced(fused_moe, "_grouped_kernel", moe), _replaced(fused_moe, "_check", lambda x: None):
+    with patch.object(fused_moe, "_grouped_kernel", moe), patch.object(fused_moe, "_check", lambda x: None):
         for b in batches:
             pairs = b * canvas * k
             bm = fused_moe.block_rows(pairs, e)
@@ -131,7 +126,7 @@ def released_launches(batches: tuple[int, ...] = (1, 32)) -> list[Launch]:
             fused_moe._launch(act, down, weights, out, order, table, 1, bm, gate_up=False)
             for launch, part in zip(launches[n:], ("gate_up", "down")):
                 launch.name = f"moe_{part} B={b} ({pairs} pairs, BM={bm})"
-    with _replaced(triton_draw, "_fused_draw_kernel", _Recorder(triton_draw._fused_draw_kernel, "draw", launches)):
+    with patch.object(triton_draw, "_fused_draw_kernel", _Recorder(triton_draw._fused_draw_kernel, "draw", launches)):
         for b in batches:
             rows = b * canvas
             raw = torch.empty(rows, vocab, dtype=torch.bfloat16, **meta)
@@ -149,7 +144,7 @@ def _signature(launch: Launch) -> tuple[dict, dict, dict, list]:
     params = dict(zip(names, launch.args))
     params.update({n: v for n, v in launch.kwargs.items() if n not in LAUNCH_OPTIONS})
     options = {n: v for n, v in launch.kwargs.items() if n in LAUNCH_OPTIONS}
-    declared = {p.name for p in launch.kernel.params if p.is_constexpr}
+    declared = _declared(launch.kernel)
     signature, constexprs, divisible = {}, {}, []
     for n in names:
         v = params[n]
@@ -203,21 +198,21 @@ def build(launch: Launch, arch: int = 90) -> Built:
     use = _resources(compiled.asm["cubin"])
     ptx = compiled.asm["ptx"]
     shared = use.get("SHARED", 0) + int(compiled.metadata.shared)
-    declared = {p.name for p in launch.kernel.params if p.is_constexpr}
-    built = Built(
+    registers = use.get("REG", 0)
+    declared = _declared(launch.kernel)
+    return Built(
         name=launch.name,
         kernel=launch.kernel.fn.__name__,
         arch=arch,
         constexprs={n: v for n, v in constexprs.items() if n in declared},
         options=options,
-        registers=use.get("REG", 0),
+        registers=registers,
         local_bytes=use.get("LOCAL", 0) + use.get("STACK", 0),
         shared_bytes=shared,
         compile_s=seconds,
         mma="wgmma" if "wgmma.mma_async" in ptx else "mma" if "mma.sync" in ptx else "-",
+        fits=registers <= MAX_REGISTERS and shared <= MAX_SHARED_BYTES.get(arch, MAX_SHARED_BYTES[80]),
     )
-    built.fits = built.registers <= MAX_REGISTERS and shared <= MAX_SHARED_BYTES.get(arch, MAX_SHARED_BYTES[80])
-    return built
 
 
 def run(arch: int = 90, batches: tuple[int, ...] = (1, 32)) -> dict[str, Any]:
