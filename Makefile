@@ -48,7 +48,7 @@ sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + A
 	$(PY) -m harness.pareto $(SWEEP_DIR) --out $(SWEEP_DIR)/summary
 
 search: venv  ## multi-objective sampler search on Sudoku (11 runs, ~2 min on 2 cores) vs the make sweep grid: hypervolume, dominance
-	$(PY) -m bench.search
+	$(PY) -m harness.analysis.search_vs_grid
 
 films: venv  ## denoising films of a run captured with sampler.capture_trajectory=true: make films RUN=<run dir> [N=4]
 	test -n "$(RUN)" || { echo "usage: make films RUN=<run dir> [N=4]"; exit 2; }
@@ -58,17 +58,17 @@ pareto: venv  ## redraw Pareto plots + summary table from every run under output
 	$(PY) -m harness.pareto outputs/sweeps outputs/runs --out outputs/plots
 
 bench: venv  ## CPU benchmarks (side-by-side ratios), JSON under outputs/bench/
-	$(PY) -m bench.run_all
+	$(PY) -m bench.cpu.run_all
 
 gpu-plan: venv  ## GPU cost model (roofline arithmetic from the traced ops of the running code; docs/gpu_plan.md), JSON under outputs/bench/
-	$(PY) -m bench.gpu_plan
+	$(PY) -m bench.gpu.gpu_plan
 
-kernel-build: venv  ## compile the Triton kernels for sm_90 here, no GPU needed: registers, spills, shared memory (bench/kernel_build.py)
-	env -u TRITON_INTERPRET $(PY) -m bench.kernel_build
+kernel-build: venv  ## compile the Triton kernels for sm_90 here, no GPU needed: registers, spills, shared memory (bench/gpu/kernel_build.py)
+	env -u TRITON_INTERPRET $(PY) -m bench.gpu.kernel_build
 
 gpu-check:  ## one prepared GPU script (docs/gpu_check.md); offline: the machine's torch + wheels in .whl/
 	test ! -d .whl || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-	PYTHONPATH=/tmp/site:$(CURDIR) python3 -m bench.gpu_check
+	PYTHONPATH=/tmp/site:$(CURDIR) python3 -m bench.gpu.gpu_check
 
 clean:
 	rm -rf outputs/runs outputs/sweeps outputs/plots

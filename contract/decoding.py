@@ -2,7 +2,7 @@
 self-driving eval and a result store look like, and the one decode-and-store loop.
 
 Models implement `Decoder` (AR baselines) or `BlockDiffusionAdapter` (wrapped by the engine in
-`harness.decode`); evals either list items for the harness's loop or, like lm-eval, implement
+`harness.engine.decode`); evals either list items for the harness's loop or, like lm-eval, implement
 `SelfDrivingEval` and decode through `decode_and_store`; the harness drives both and is never called back.
 """
 
@@ -57,7 +57,7 @@ class Decoder(Protocol):
 
 @runtime_checkable
 class BlockDiffusionAdapter(Protocol):
-    """What the block-diffusion engine (`harness.decode`) needs from a model (`models.diffusion_gemma`).
+    """What the block-diffusion engine (`harness.engine.decode`) needs from a model (`models.diffusion_gemma`).
 
     A batch state holds per-row slots of one KV cache: row r keeps its context until it is released, rows are
     admitted into free rows, committed and released without reading the device or moving other rows."""
@@ -113,7 +113,7 @@ class BlockDiffusionAdapter(Protocol):
 
 
 class Store(Protocol):
-    """Where a run's samples go (`harness.store.ResultStore`): appended one by one, reloadable for resume."""
+    """Where a run's samples go (`harness.runner.store.ResultStore`): appended one by one, reloadable for resume."""
 
     run_dir: Any  # pathlib.Path
 

@@ -1,5 +1,5 @@
 """What an eval is: items with prompts, a per-item scorer, and a summary; the harness's loop
-(`harness.evaluate.run_items`) decodes and scores them and the eval never calls the harness.
+(`harness.runner.evaluate.run_items`) decodes and scores them and the eval never calls the harness.
 
 Evals that drive generation themselves (lm-eval) implement `contract.decoding.SelfDrivingEval` instead.
 """

@@ -25,8 +25,8 @@ def load_decoder(
     path: str, sampler: str = "entropy_bound", kind: str = "diffusion", model_kwargs: dict | None = None, **knobs
 ):
     """A decoder for a checkpoint (local folder or hub id). `knobs` are sampler fields (see samplers.config)."""
-    from harness.configs import SAMPLERS
-    from harness.decode import decoder_for
+    from harness.engine.decode import decoder_for
+    from harness.runner.configs import SAMPLERS
 
     if kind == "diffusion":
         from models.diffusion_gemma import DiffusionGemmaAdapter
@@ -46,8 +46,8 @@ def decoder_from_config(overrides: list[str] | None = None):
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from harness.configs import check_model_path, register_configs
-    from harness.decode import decoder_for
+    from harness.engine.decode import decoder_for
+    from harness.runner.configs import check_model_path, register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

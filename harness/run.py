@@ -20,20 +20,20 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from contract.decoding import DecoderKind, SelfDrivingEval
-from harness.batch_check import BatchCheckConfig, run_batch_check
-from harness.cluster import SlurmJob, route_preemption_signals
-from harness.configs import (
+from harness.launch.cluster import SlurmJob, route_preemption_signals
+from harness.launch.ray_launch import RayTask
+from harness.launch.shards import check_shards, run_sharded
+from harness.runner.batch_check import BatchCheckConfig, run_batch_check
+from harness.runner.configs import (
     check_eval_hub_access,
     check_model_path,
     check_thinking_switch,
     model_kind,
     register_configs,
 )
-from harness.evaluate import checked_items, run_items
-from harness.identity import loaded_commit, model_identity
-from harness.ray_launch import RayTask
-from harness.shards import check_shards, run_sharded
-from harness.store import ResultStore, scan_run
+from harness.runner.evaluate import checked_items, run_items
+from harness.runner.identity import loaded_commit, model_identity
+from harness.runner.store import ResultStore, scan_run
 
 log = logging.getLogger(__name__)
 register_configs()
@@ -146,7 +146,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     check_shards(cfg, ev)
     batch_size = plan_batch_size(cfg, ev, sampler, items)
     logger = instantiate(cfg.logger)
-    route_preemption_signals()  # in a Slurm job: SIGUSR1 requeues like USR2 (harness.cluster)
+    route_preemption_signals()  # in a Slurm job: SIGUSR1 requeues like USR2 (harness.launch.cluster)
     store = ResultStore(run_dir)  # exclusive: a second process on the same run dir fails here
     try:
         return _run(cfg, store, sampler, ev, items, batch_size, logger, started, check)
@@ -177,7 +177,7 @@ def _run(
         config=OmegaConf.to_container(cfg, resolve=True),
         run_dir=str(store.run_dir),
     )
-    if cfg.shards > 1:  # the shards decode (harness.shards); this process merges their samples
+    if cfg.shards > 1:  # the shards decode (harness.launch.shards); this process merges their samples
         start_logger()
         metrics, reports = run_sharded(cfg, store, ev, items, batch_size)
         label, info, extra = reports[0]["label"], reports[0]["decoder"], {"shards": reports}
@@ -224,11 +224,11 @@ def _decode_here(
     cfg, store, sampler, ev, items, batch_size: int, identity, start_logger, check: BatchCheckConfig
 ) -> tuple[dict, str, dict]:
     """Load the model in this process and decode what is not stored yet: (metrics, decoder label, its description);
-    then the batch check, if asked (`harness.batch_check`)."""
+    then the batch check, if asked (`harness.runner.batch_check`)."""
     import torch  # heavy imports only after every check passed
 
     torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
-    from harness.decode import decoder_for
+    from harness.engine.decode import decoder_for
     from models.expert_counter import for_decoder as count_experts
 
     model = instantiate(cfg.model)

@@ -1,6 +1,6 @@
 """Adapter over transformers' `DiffusionGemmaForBlockDiffusion`: prefill, denoise, commit, release.
 
-The decode loop (harness.decode) only talks to this small interface, so one code path serves a tiny
+The decode loop (harness.engine.decode) only talks to this small interface, so one code path serves a tiny
 local checkpoint on the CPU and `google/diffusiongemma-26B-A4B-it` on a GPU. The batch's contexts live in
 per-row slots of one preallocated cache (`models.slot_cache`): row r's context is positions 0.. of slot row r,
 so every row sees the positions it would see alone, and admitting, committing and releasing a row write only
@@ -126,12 +126,13 @@ class DiffusionGemmaAdapter:
     @property
     def whole_step(self) -> bool:
         """`compile=step`: the decode engine runs each denoising step as one compiled graph per batch bucket
-        (`harness.step_graph`); the cache then holds a bucket's rows."""
+        (`harness.engine.step_graph`); the cache then holds a bucket's rows."""
         return self.compile == "step"
 
     @functools.cached_property
     def commit_folds(self) -> bool:
-        """A commit can run inside the next denoising step's forward (`harness.step_graph.WholeStep.with_commit`):
+        """A commit can run inside the next denoising step's forward
+        (`harness.engine.step_graph.WholeStep.with_commit`):
         the encoder's text layers are the decoder's (`encoder_is_decoder`)."""
         return encoder_is_decoder(self.model)
 
@@ -365,7 +366,7 @@ def encoder_is_decoder(model) -> bool:
 
 def compile_mode(value: bool | str | None) -> str | None:
     """`model.compile`: false (eager), true / "layers" (the encoder and each decoder layer compiled on their
-    own) or "step" (the whole denoising step, one graph per batch bucket: `harness.step_graph`)."""
+    own) or "step" (the whole denoising step, one graph per batch bucket: `harness.engine.step_graph`)."""
     if value in (None, False, "false", "none", ""):
         return None
     if value in (True, "true", "layers"):

@@ -20,7 +20,7 @@ deterministic run to run. Per layer that leaves about 30 MB
 The block table (which expert and which sorted rows each program takes) is built with torch ops of static shape
 (at most ceil(S / BM) + E blocks; programs past the real count return at once), so the forward has no host sync and
 captures into a CUDA graph and into `torch.compile(fullgraph=True)`, where the two kernels are opaque custom ops
-(`torch.ops.dgemma.moe_gate_up` / `moe_down`, which `bench.op_trace` records as one kernel each).
+(`torch.ops.dgemma.moe_gate_up` / `moe_down`, which `bench.gpu.op_trace` records as one kernel each).
 
 It runs on CUDA; on the CPU only under Triton's interpreter (`TRITON_INTERPRET=1`, set before this module is
 imported: tests), where `tl.dot` of bfloat16 tiles gives wrong results in triton 3.9 and a float32 -> bfloat16 cast

@@ -6,7 +6,7 @@ run OOMs only after minutes of loading. Everything here is computed from a `tran
 is built on the `meta` device to count parameters: no weights, no download beyond `config.json`), so the
 harness can reject or shrink a batch size in about a second.
 
-What the estimate covers, for the continuous-batching engine in `harness/decode.py` (admit rows: prefill
+What the estimate covers, for the continuous-batching engine in `harness/engine/decode.py` (admit rows: prefill
 -> every step: denoise -> draw; a stopped canvas commits) over transformers 5.x' DiffusionGemma modules
 (`estimate_decode_peak` has the formulas):
 - weights: parameters x dtype bytes, tied weights once (encoder and decoder share every text weight);

@@ -29,7 +29,8 @@ ROWS = "slot_rows"  # attribute of the key view the cache returns: the slot row 
 
 @dataclass
 class JointMask:
-    """The attention mask of a forward that runs two kinds of batch entries over one cache (`harness.step_graph`'s
+    """The attention mask of a forward that runs two kinds of batch entries over one cache
+    (`harness.engine.step_graph`'s
     step with a commit folded in): entries 0..b-1 are the canvases of slot rows 0..b-1 (`block` (b, 1, 1, span):
     bidirectional), the rest re-encode finished canvases causally into slot rows `rows` (`causal` (k, 1, n, span)).
     The key / value handed over are the whole buffers: the canvases read theirs in place, the re-encodes gather

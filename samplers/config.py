@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # torch is imported lazily so a bad config fails before the h
 TEMPERATURE_SCHEDULES = ("linear", "cosine", "constant")
 RANDOM_STREAMS = ("per_sample", "reference")
 DRAWS = ("fast", "fused", "exact")
-# which finished canvases the same weights' AR mode verifies (harness.canvas_verify): none (pure diffusion), all of
+# which finished canvases the same weights' AR mode verifies (harness.engine.canvas_verify): none (pure diffusion), all
+# of
 # them (self-speculative decoding), or those a routing rule marks as hard (routed decoding)
 VERIFY_MODES = ("off", "always", "steps", "step_cap")
 VERIFY_KNOBS = ("verify", "route_steps", "route_entropy", "draft_steps", "verify_temperature")  # all off with `off`
@@ -55,7 +56,7 @@ class SamplerConfig:
     random_stream: str = "per_sample"  # per_sample (batch-invariant) | reference (bit-for-bit generate())
     draw: str = "fast"  # fast (fused Triton kernel on CUDA, blocked torch on CPU) | fused (the kernel always) | exact
     capture_trajectory: bool = False  # record the argmax canvas + mean entropy at every step
-    # hybrid decoding with the same weights (harness.canvas_verify): a finished canvas is a draft that the causal
+    # hybrid decoding with the same weights (harness.engine.canvas_verify): a finished canvas is a draft that the causal
     # encoder (the commit's forward) verifies: off | always (self-speculative) | steps | step_cap (routing rules)
     verify: str = "off"
     route_steps: int = 8  # verify=steps: verify the canvases that took at least this many denoising steps
@@ -63,7 +64,7 @@ class SamplerConfig:
     draft_steps: int | None = None  # verify != off: a draft canvas stops after at most this many steps (None: all)
     verify_temperature: float = 0.0  # 0: greedy verification (the output is greedy AR's); > 0: speculative sampling
     # stream the prefix whose argmax tokens were accepted unchanged for this many steps (null / 0: off); the
-    # decode is the same either way (harness/stable_stream.py)
+    # decode is the same either way (harness/engine/stable_stream.py)
     stream_after_stable: int | None = None
 
     def __post_init__(self) -> None:

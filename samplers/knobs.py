@@ -1,7 +1,7 @@
 """The sampler-knob vocabulary: one short spelling per knob, shared by run names and plot labels.
 
-Run names (`harness.configs.run_name`) write `<short><value>` for every knob that differs from the
-sampler's defaults (`n8-b0.3`); plot labels (`harness.pareto`) write `<short>=<value>` for the knobs
+Run names (`harness.runner.configs.run_name`) write `<short><value>` for every knob that differs from the
+sampler's defaults (`n8-b0.3`); plot labels (`harness.figures.pareto`) write `<short>=<value>` for the knobs
 that vary between the plotted runs (`n=8 b=0.3`). The spellings are part of every existing run-dir name,
 so they never change: a re-run must land in the same directory to resume. A knob without an entry is
 spelled in full. Plain Python (no torch), so any layer may import it.

@@ -1,4 +1,4 @@
-"""Aggregation of real run dirs (written through ResultStore exactly as harness.evaluate writes them)."""
+"""Aggregation of real run dirs (written through ResultStore exactly as harness.runner.evaluate writes them)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from contract.records import GenerationResult
-from harness.aggregate import collect, find_run_dirs, summarize
-from harness.store import ResultStore
+from harness.analysis.aggregate import collect, find_run_dirs, summarize
+from harness.runner.store import ResultStore
 from tests.helpers.runs import make_run_dir, make_sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_summary_files_round_trip(tmp_path):
 def test_cli(tmp_path):
     sweep = make_sweep(tmp_path)
     out = subprocess.run(
-        [sys.executable, "-m", "harness.aggregate", str(sweep), "--out", str(tmp_path / "summary")],
+        [sys.executable, "-m", "harness.analysis.aggregate", str(sweep), "--out", str(tmp_path / "summary")],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -88,7 +88,7 @@ def test_cli(tmp_path):
 def test_one_samples_reader_drops_every_bad_line(tmp_path):
     """store.read_samples (read-only) and ResultStore.load (resume) read alike: first row per id wins and any
     bad line is dropped, not only a torn last one; only load rewrites the file."""
-    from harness.store import read_samples
+    from harness.runner.store import read_samples
 
     def row(sid: str, n: int) -> dict:
         return {"sample_id": sid, "n": n, "num_tokens": 1, "nfe": 1, "wall_time_s": 0.0}
@@ -118,7 +118,7 @@ def _truncate_metrics(run_dir: Path) -> Path:
 
 def test_a_broken_metrics_file_is_listed_and_the_other_runs_aggregated(tmp_path, capsys):
     """Issue 16 item 10: one truncated metrics.json crashed the whole aggregation with an unnamed JSONDecodeError."""
-    from harness.aggregate import main
+    from harness.analysis.aggregate import main
 
     sweep = make_sweep(tmp_path)
     broken = _truncate_metrics(sweep / "b0.1")
@@ -148,7 +148,7 @@ def test_unreadable_sample_lines_are_counted_in_the_table(tmp_path, capsys):
 
 
 def test_a_reversed_tpf_range_is_refused(tmp_path):
-    from harness.aggregate import main
+    from harness.analysis.aggregate import main
 
     with pytest.raises(SystemExit, match="tpf-range"):
         main([str(tmp_path), "--out", str(tmp_path / "out"), "--tpf-range", "10", "1"])

@@ -10,11 +10,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from bench.cpu.forward_counter import StepStreamer
 from contract.records import GenerationRequest
 from models.ar_engine import AREngine
 from models.causal_lm import CausalLM
 from models.drafters import ModelDrafter, MTPDrafter
-from models.forward_counter import StepStreamer
 from models.slot_cache import SlotCache
 from samplers.token_draw import TokenSampling
 

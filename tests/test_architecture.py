@@ -1,7 +1,9 @@
 """The import graph: packages import only downwards, and no project module takes part in an import cycle.
 
-Layers, lowest first: contract < samplers < models < evals < harness < bench. A module may import its own
-package and any lower one, never a higher one. Every `import` / `from ... import` in the project's packages
+Layers, lowest first: contract < samplers < models < evals < harness < bench, and inside them the subpackages:
+harness.engine < harness.runner < harness.launch < harness.analysis < harness.figures < harness.tracking < the
+entry modules at harness/'s top (run, api, pareto, films, train); bench.cpu < bench.gpu. A module may import its
+own layer and any lower one, never a higher one. Every `import` / `from ... import` in the project's packages
 counts, including imports inside functions (a lazy import is still a dependency); relative imports are
 resolved. Excluded: imports under `if TYPE_CHECKING:` (never executed; annotations only), string imports
 (`importlib.import_module`, Hydra `_target_`), and third-party modules. `from pkg import name` is an edge to
@@ -18,7 +20,23 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ("contract", "samplers", "models", "evals", "harness", "bench")  # lowest first
+PACKAGES = ("contract", "samplers", "models", "evals", "harness", "bench")
+LAYERS = (  # lowest first; a module belongs to the longest layer its name starts with
+    "contract",
+    "samplers",
+    "models",
+    "evals",
+    "harness.engine",
+    "harness.runner",
+    "harness.launch",
+    "harness.analysis",
+    "harness.figures",
+    "harness.tracking",
+    "harness",
+    "bench.cpu",
+    "bench.gpu",
+    "bench",
+)
 
 
 @dataclass(frozen=True)
@@ -32,7 +50,7 @@ class Edge:
         return f"{self.file}:{self.line}: {self.src} -> {self.dst}"
 
 
-def project_modules(root: Path, packages=LAYERS) -> dict[str, Path]:
+def project_modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
     """Dotted module name -> file, for every .py file under the given top-level packages (absent ones skipped)."""
     mods = {}
     for pkg in packages:
@@ -65,7 +83,7 @@ def _imports(tree: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
-def import_edges(root: Path, packages=LAYERS) -> list[Edge]:
+def import_edges(root: Path, packages=PACKAGES) -> list[Edge]:
     mods = project_modules(root, packages)
 
     def owner(name: str) -> str | None:  # the longest project module that `name` is or lies inside
@@ -94,7 +112,11 @@ def import_edges(root: Path, packages=LAYERS) -> list[Edge]:
 
 
 def layer_of(module: str) -> int:
-    return LAYERS.index(module.split(".")[0])
+    """The index of the longest layer that is `module` or contains it."""
+    return max(
+        (i for i, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + ".")),
+        key=lambda i: len(LAYERS[i]),
+    )
 
 
 def upward_imports(edges: list[Edge]) -> list[Edge]:
@@ -164,8 +186,22 @@ def test_no_import_cycles_between_modules():
 def test_the_scan_sees_the_project():
     """Guards the checks above against passing because they scanned nothing (moved packages, wrong root)."""
     mods = project_modules(REPO)
-    assert {"harness.run", "contract.records", "samplers.config", "evals.base", "bench.run_all"} <= set(mods)
+    assert {"harness.run", "contract.records", "samplers.config", "evals.base", "bench.cpu.run_all"} <= set(mods)
+    assert {layer for layer in LAYERS if "." in layer} <= set(mods)  # every sub-layer is a package that exists
     assert len(import_edges(REPO)) > 50
+
+
+def test_harness_top_level_holds_only_entry_points():
+    """harness/ is read by concern: at most 8 files at its top, the rest in subpackages."""
+    top = sorted(p.name for p in (REPO / "harness").glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_sub_layers_order_within_a_package():
+    assert layer_of("harness.engine.decode") < layer_of("harness.runner.store") < layer_of("harness.tracking.loggers")
+    assert layer_of("harness.tracking.loggers") < layer_of("harness.run") < layer_of("bench.cpu.common")
+    assert layer_of("bench.cpu.common") < layer_of("bench.gpu.gpu_check")
+    assert layer_of("harness") == layer_of("harness.run")  # the package itself sits with its entry modules
 
 
 # -- the checker itself on a synthetic tree ----------------------------------------------------------------------

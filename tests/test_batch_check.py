@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.batch_check import BatchCheckConfig, compare, subset
+from harness.runner.batch_check import BatchCheckConfig, compare, subset
 from tests.helpers.app import compose_app, run_app
 from tests.test_report_presets import PRESETS
 

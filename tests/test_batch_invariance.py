@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from contract.records import GenerationRequest
-from harness.batch_check import token_agreement
-from harness.decode import BlockDiffusionDecoder
+from harness.engine.decode import BlockDiffusionDecoder
+from harness.runner.batch_check import token_agreement
 from samplers import streams
 from samplers.config import EntropyBoundConfig
 
@@ -27,10 +27,11 @@ TWIN_VOCAB = 512
 
 
 def build_twin(dtype: torch.dtype = torch.float32):
-    """The released text tower's shapes at 6 layers (5 sliding, 1 full) and narrow widths (`bench.plan_twins`' twin)."""
+    """The released text tower's shapes at 6 layers (5 sliding, 1 full) and narrow widths (`bench.cpu.plan_twins`'
+    twin)."""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
-    from bench.plan_twins import twin_text
+    from bench.cpu.plan_twins import twin_text
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from models.tiny import TINY_VISION, char_tokenizer
 

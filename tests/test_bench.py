@@ -7,7 +7,9 @@ import json
 import pytest
 import torch
 
-from bench import decode_loop, eval_throughput, gpu_check, gpu_engine_runs, released_model, sampler_step
+from bench.cpu import decode_loop, eval_throughput, released_model
+from bench.cpu import sampler_step_bench as sampler_step
+from bench.gpu import gpu_check, gpu_engine_runs
 
 
 def test_sampler_step_bench_tiny(tmp_path):
@@ -63,11 +65,11 @@ def test_sampler_step_bench_runs_the_fused_kernel_under_the_interpreter(tmp_path
 
 
 def test_engine_step_is_the_decode_engines_step():
-    """EngineStep returns what harness.decode.sampler_step gives on the processed logits (torch path), and the
+    """EngineStep returns what harness.engine.decode.sampler_step gives on the processed logits (torch path), and the
     reference step keeps the accept rule: accepted tokens are sampled ones, the rest fresh noise."""
-    from harness.sampler_step import process_logits
-    from harness.sampler_step import sampler_step as engine_step
     from samplers import streams
+    from samplers.sampler_step import process_logits
+    from samplers.sampler_step import sampler_step as engine_step
 
     raw = sampler_step.make_logits(2, 8, 300)
     canvas = torch.randint(0, 300, (2, 8))
@@ -255,7 +257,7 @@ def test_eval_throughput_bench_tiny(tmp_path, medium_diffusion_dir):
 
 @pytest.mark.slow
 def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_diffusion_dir):
-    from bench import run_all
+    from bench.cpu import run_all
 
     monkeypatch.setattr(decode_loop, "TINY_DIR", medium_diffusion_dir)  # reuse the session's tiny checkpoint
     monkeypatch.setattr(eval_throughput, "SHIPPED", medium_diffusion_dir)

@@ -1,4 +1,4 @@
-"""bench.ar_engine runs end to end (quick sizes, shipped Sudoku checkpoints) and writes every section it reports."""
+"""bench.cpu.ar_engine runs end to end (quick sizes, shipped Sudoku checkpoints) and writes every section it reports."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import ar_engine
+from bench.cpu import ar_engine
 
 pytestmark = pytest.mark.slow  # decodes real Sudoku puzzles with three shipped checkpoints (~30 s on 2 cores)
 

@@ -1,11 +1,11 @@
-"""bench.cache_copies on its quick setting: real-shaped K/V slots, a real commit and admission through the adapter,
+"""bench.cpu.cache_copies on its quick setting: real-shaped K/V slots, a real commit and admission through the adapter,
 every aten op watched. What the engine's cache maintenance writes is exactly the new K/V, and nothing is copied."""
 
 import json
 
 import pytest
 
-from bench import cache_copies
+from bench.cpu import cache_copies
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from contract.records import GenerationRequest
-from harness.decode import BlockDiffusionDecoder
+from harness.engine.decode import BlockDiffusionDecoder
 from samplers.config import EntropyBoundConfig
 
 PROMPTS = ["hello wo", "abcdefgh", "12345678", "qwertyui"]

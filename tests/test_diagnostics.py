@@ -167,7 +167,7 @@ def test_summary_table_backfills_diagnostics_and_compares_with_ar(tmp_path):
     """Runs stored before diagnostics get them from samples.jsonl; `length_ratio_vs_ar` is per eval."""
     import pandas as pd
 
-    from harness.aggregate import TABLE_FIGURE_COLUMNS, summarize
+    from harness.analysis.aggregate import TABLE_FIGURE_COLUMNS, summarize
     from tests.helpers.runs import make_run_dir, make_sweep
 
     sweep = make_sweep(tmp_path)
@@ -188,7 +188,7 @@ def test_summary_table_backfills_diagnostics_and_compares_with_ar(tmp_path):
 def test_diagnostics_figure_series_per_family(tmp_path):
     import pandas as pd
 
-    from harness.pareto import diagnostics_figure
+    from harness.figures.pareto import diagnostics_figure
 
     base = {"model": "m", "eval": "e", "num_canvases": 4}
     table = pd.DataFrame(
@@ -231,8 +231,8 @@ def test_lm_eval_rows_and_metrics_carry_diagnostics(tiny_diffusion_dir, adapter_
     import json
 
     from evals.lmeval import LmEvalEval
-    from harness.decode import BlockDiffusionDecoder
-    from harness.store import ResultStore
+    from harness.engine.decode import BlockDiffusionDecoder
+    from harness.runner.store import ResultStore
     from samplers.config import EntropyBoundConfig
 
     data = tmp_path / "echo.jsonl"
@@ -263,8 +263,8 @@ def test_sudoku_stutter_rises_as_steps_fall(tmp_path):
     repeat loop). Measured on 300 puzzles x 3 seeds: 12.7% / 3.0-4.3% / 0.7-1.0% / 0% at 1 / 2 / 4 / 48 steps."""
     from evals.sudoku import SudokuEval
     from harness import api
-    from harness.evaluate import run_items
-    from harness.store import ResultStore, read_samples
+    from harness.runner.evaluate import run_items
+    from harness.runner.store import ResultStore, read_samples
 
     ev = SudokuEval(size=6, path=str(REPO / "evals/sudoku/data/sudoku6_test.jsonl"), limit=60, name="sudoku6")
     items = ev.items()[:60]

@@ -7,9 +7,9 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from harness.aggregate import collect, steps_curve, summarize
-from harness.dominance import add_dominance, compare_paired, describe, holm, mcnemar_exact, paired_bootstrap
-from harness.fronts import hypervolume
+from harness.analysis.aggregate import collect, steps_curve, summarize
+from harness.analysis.dominance import add_dominance, compare_paired, describe, holm, mcnemar_exact, paired_bootstrap
+from harness.analysis.fronts import hypervolume
 from samplers.config import EntropyBoundConfig
 from tests.helpers.runs import make_run_dir
 
@@ -111,7 +111,7 @@ def test_no_reference_no_verdict_and_named_reference(tmp_path):
 
 
 def test_summary_has_the_dominance_columns_and_the_steps_curve(tmp_path, capsys):
-    from harness.aggregate import print_summary
+    from harness.analysis.aggregate import print_summary
 
     _run(tmp_path / "runs", "default", [1.0] * 150 + [0.0] * 50, nfe=6)
     _run(tmp_path / "runs", "n96", [1.0] * 180 + [0.0] * 20, nfe=8, max_steps=96)
@@ -160,7 +160,7 @@ def test_runs_stored_before_a_knob_existed_still_match_the_default():
     ones: the old default run is still the default, and a verifying run is not."""
     import math
 
-    from harness.dominance import NEWER, default_knobs, matches_knobs
+    from harness.analysis.dominance import NEWER, default_knobs, matches_knobs
 
     knobs = default_knobs()
     old = {"sampler": knobs["name"], **{f"sampler.{k}": v for k, v in knobs.items() if k != "name" and k not in NEWER}}

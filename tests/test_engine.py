@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.engine import count_syncs
+from bench.cpu.engine import count_syncs
 from contract.records import GenerationRequest, decode_metrics
-from harness.decode import BlockDiffusionDecoder, sampler_step
+from harness.engine.decode import BlockDiffusionDecoder, sampler_step
 from samplers import streams
 from samplers.config import ConfidenceTopKConfig, EntropyBoundConfig
 
@@ -131,7 +131,7 @@ def test_at_most_one_host_sync_per_step(adapter_factory, medium_diffusion_dir, b
 @pytest.mark.slow
 def test_the_step_compiles_whole_on_cpu():
     """Everything after the forward (softcap, temperature, draw, accept, remask, re-noise, stop) in one graph."""
-    from harness.decode import torch_sampling
+    from harness.engine.decode import torch_sampling
     from samplers.fast_draw import draw_whole
 
     cfg = EntropyBoundConfig(remask_ratio=0.1)
@@ -155,8 +155,8 @@ def test_the_step_compiles_whole_on_cpu():
 
 def test_reference_mode_refuses_to_resume_a_partial_run(adapter_factory, medium_diffusion_dir, tmp_path):
     """The global stream makes samples depend on their batch: a partly done run must not be continued."""
-    from harness.evaluate import run_items
-    from harness.store import ResultStore
+    from harness.runner.evaluate import run_items
+    from harness.runner.store import ResultStore
 
     adapter = adapter_factory(medium_diffusion_dir)
 
@@ -211,7 +211,7 @@ def test_shipped_sudoku_model_batch_64_equals_batch_1():
 def test_extra_logits_memory_at_real_vocabulary_is_within_1_5_u():
     """C = 256, V = 262,144 on a narrow model, B = 2: the engine's peak extra memory (one logits workspace plus
     blocks) vs `generate()`'s, in units of one float32 B x C x V tensor."""
-    from bench.engine import memory_in_u
+    from bench.cpu.engine import memory_in_u
 
     m = memory_in_u(batch=2, steps=2)
     assert m["vocab"] == 262_144 and m["canvas"] == 256

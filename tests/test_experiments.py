@@ -99,8 +99,8 @@ def test_debug_runs_a_handful_in_one_batch_without_logger():
     cfg = _compose("experiment=sudoku_topk", "logger=wandb", "debug=default")
     assert cfg.eval.limit == 4 and cfg.batch_size == 4 and cfg.resume is False
     assert cfg.hydra.sweep.dir == f"{REPO}/outputs/debug/sweeps/sudoku_sweep"
-    assert cfg.logger._target_ == "harness.loggers.WandbLogger"  # the command line still wins
-    assert _compose("debug=default").logger._target_ == "harness.loggers.NoLogger"
+    assert cfg.logger._target_ == "harness.tracking.loggers.WandbLogger"  # the command line still wins
+    assert _compose("debug=default").logger._target_ == "harness.tracking.loggers.NoLogger"
 
 
 def test_local_settings_feed_wandb_and_slurm():

@@ -134,7 +134,7 @@ def test_summary_shape(moe_adapter):
 def test_engine_forward_kinds(moe_adapter):
     """Through the decode engine: one denoiser forward per engine step, one prefill, commits between canvases."""
     from contract.records import GenerationRequest
-    from harness.decode import decoder_for
+    from harness.engine.decode import decoder_for
     from samplers.config import EntropyBoundConfig
 
     dec = decoder_for(moe_adapter, EntropyBoundConfig(max_steps=3, adaptive_stop=False))
@@ -153,7 +153,7 @@ def test_engine_forward_kinds(moe_adapter):
 
 def test_metrics_and_per_layer_figure(moe_adapter, tmp_path):
     """A run's `experts_per_forward` record (as harness.run writes it) and the figure the sweep summary draws."""
-    from harness.experts_plot import experts_figures
+    from harness.figures.experts_plot import experts_figures
     from tests.helpers.runs import make_run_dir
 
     a = moe_adapter

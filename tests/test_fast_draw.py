@@ -123,7 +123,7 @@ def test_draw_whole_matches_the_blocked_draw():
 def test_graph_sampling_recomputes_its_chunks_from_the_raw_logits():
     """A compiled step draws from the raw logits processed out of place (`graph_sampling`): the same draw, bit for
     bit, as the in-place processing followed by `draw_whole`, with softcap and per-row temperatures (ragged vocab)."""
-    from harness.sampler_step import graph_sampling, process_logits, processed_logits, torch_sampling
+    from samplers.sampler_step import graph_sampling, process_logits, processed_logits, torch_sampling
 
     raw = (torch.randn(3, 16, 1000, generator=torch.Generator().manual_seed(8)) * 40).to(torch.bfloat16)
     temperature, u = torch.tensor([0.7, 1.0, 1.3]), _u((3, 16), 11)

@@ -1,5 +1,5 @@
-"""Denoising films (harness.films) from real trajectory runs: one frame per recorded denoiser step, and the last
-frame of each canvas is the canvas it committed; plus what the trajectory records for them (harness.decode)."""
+"""Denoising films (harness.figures.films) from real trajectory runs: one frame per recorded denoiser step, and the last
+frame of each canvas is the canvas it committed; plus what the trajectory records for them (harness.engine.decode)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 
-from harness.films import SudokuRenderer, TextRenderer, ffmpeg_available, frames_of, main, make_films
-from harness.store import read_samples
+from harness.figures.films import SudokuRenderer, TextRenderer, ffmpeg_available, frames_of, main, make_films
+from harness.runner.store import read_samples
 from tests.helpers.app import compose_app
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,7 +152,7 @@ def test_sweep_summary_writes_films_and_the_experts_figure(sudoku_run, text_run,
 
     from omegaconf import OmegaConf
 
-    from harness.callbacks import SweepSummary
+    from harness.tracking.callbacks import SweepSummary
 
     sweep = tmp_path / "sweep"
     for run in (sudoku_run, text_run):

@@ -12,7 +12,7 @@ from evals.json_schema import JsonSchemaEval, check_reply, schema_validator
 from evals.livecodebench.prompts import compiles
 from evals.prompts import PromptsEval
 from evals.sudoku import SudokuEval
-from harness.store import ResultStore
+from harness.runner.store import ResultStore
 
 REPO = Path(__file__).resolve().parents[1]
 JSON_TASKS = REPO / "evals" / "json_schema" / "data" / "json_schema_tasks.jsonl"
@@ -139,8 +139,8 @@ def test_gpqa_malformed_and_well_formed_wrong_replies(tmp_path):
 
 def test_format_ok_rate_reaches_metrics_for_real_decodes(tmp_path):
     """Tiny real models through the harness loop: json_schema and prompts with a rule record the rate."""
-    from harness.decode import BlockDiffusionDecoder
-    from harness.evaluate import run_items
+    from harness.engine.decode import BlockDiffusionDecoder
+    from harness.runner.evaluate import run_items
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from samplers.config import EntropyBoundConfig
 

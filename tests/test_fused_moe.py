@@ -172,7 +172,7 @@ def test_the_compiled_step_with_fused_experts_matches_the_eager_grouped_mm_step(
     """Two compiled steps with `model.experts=triton` (inductor calls the kernels as extern ops) against the
     engine's eager step with transformers' grouped_mm: the same tokens, history and stop flags, the logits within
     the step-graph tolerance."""
-    from harness.step_graph import WholeStep
+    from harness.engine.step_graph import WholeStep
     from samplers.config import EntropyBoundConfig
     from tests.test_step_graph import two_steps_match
 
@@ -193,7 +193,7 @@ def test_the_engine_with_fused_experts_decodes_as_with_grouped_mm(adapter_factor
     """Continuous batching at batch 3, eager engine: every sample's tokens, forwards and accept counts equal those
     with transformers' grouped_mm experts (float32 tiny model: the experts' outputs differ by rounding only)."""
     from contract.records import GenerationRequest
-    from harness.decode import BlockDiffusionDecoder
+    from harness.engine.decode import BlockDiffusionDecoder
     from samplers.config import EntropyBoundConfig
 
     prompts = ["hi", "a longer prompt here", "mid size", "x", "0123456789abcdef"]

@@ -1,10 +1,10 @@
-"""`bench.fusion`: the model of what a compiled graph moves, on op sequences small enough to check by hand.
+"""`bench.gpu.fusion`: the model of what a compiled graph moves, on op sequences small enough to check by hand.
 
 (Its totals against inductor's own count of the whole compiled step: tests/test_gpu_plan.py.)"""
 
 from __future__ import annotations
 
-from bench.fusion import fuse, totals
+from bench.gpu.fusion import fuse, totals
 
 F32 = 4
 

@@ -11,7 +11,7 @@ import pytest
 from evals.gpqa import GPQAEval
 from evals.gpqa.tasks import local_task_yaml
 from evals.lmeval.eval import SAMPLES_SCORED, datasets_caching_off
-from harness.store import ResultStore
+from harness.runner.store import ResultStore
 from tests.helpers.gpqa_fixture import DATA, correct_answer, letter_of
 
 TASK = "gpqa_diamond_cot_zeroshot"
@@ -70,7 +70,7 @@ class CountingDecoder:
 
 @pytest.mark.slow
 def test_end_to_end_tiny_diffusion(tiny_diffusion_dir, adapter_factory, tmp_path):
-    from harness.decode import BlockDiffusionDecoder
+    from harness.engine.decode import BlockDiffusionDecoder
     from samplers.config import EntropyBoundConfig
 
     dec = CountingDecoder(BlockDiffusionDecoder(adapter_factory(tiny_diffusion_dir), EntropyBoundConfig(max_steps=2)))
@@ -107,7 +107,7 @@ def test_end_to_end_tiny_diffusion(tiny_diffusion_dir, adapter_factory, tmp_path
 
 def test_loglikelihood_is_refused(tiny_diffusion_dir, adapter_factory, tmp_path):
     from evals.lmeval import DecoderLM
-    from harness.decode import BlockDiffusionDecoder
+    from harness.engine.decode import BlockDiffusionDecoder
     from samplers.config import EntropyBoundConfig
 
     lm = DecoderLM(

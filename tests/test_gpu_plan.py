@@ -1,4 +1,5 @@
-"""`bench.gpu_plan` and its profile (`bench.plan_profile`): the GPU cost model reads the running code (op counts,
+"""`bench.gpu.gpu_plan` and its profile (`bench.gpu.plan_profile`): the GPU cost model reads the running code (op
+counts,
 LM-head matmuls) and its arithmetic holds together (the floor is below every variant, the planned engine reads each
 weight once, ...).
 
@@ -12,10 +13,11 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from bench import gpu_plan, op_trace, plan_profile, plan_twins
-from bench.cost_model import AR, DIFFUSION, Knobs, Model
-from bench.gpu_specs import GPUS, gpu_spec
-from bench.op_costs import touched_fraction
+from bench.cpu import plan_twins
+from bench.gpu import gpu_plan, op_trace, plan_profile
+from bench.gpu.cost_model import AR, DIFFUSION, Knobs, Model
+from bench.gpu.gpu_specs import GPUS, gpu_spec
+from bench.gpu.op_costs import touched_fraction
 
 CTX = (1024, 8192, 32768)
 # the shared profile traces the twins (1-2 min): `make test`, not the edit-test loop, and on one xdist worker, so
@@ -146,7 +148,8 @@ def test_current_slower_than_planned_at_b32_8k(model):
 
 
 def test_compiled_step_is_the_traced_graph_fused(prof, model):
-    """`compiled` comes from the whole step's graph (`harness.step_graph`) as traced, fused by `bench.fusion`: far
+    """`compiled` comes from the whole step's graph (`harness.engine.step_graph`) as traced, fused by
+    `bench.gpu.fusion`: far
     fewer kernels than the eager denoise, the embedding read once for each of its two uses, one graph launch."""
     g = gpu_spec("h200")
     eager = prof["traces"]["denoise"]["1"]["stats"]["kernels"]
@@ -161,7 +164,7 @@ def test_compiled_step_is_the_traced_graph_fused(prof, model):
     assert model.predict(g, 1, 8192, "compiled")["dispatch_ms"] < 1.0
     # its full layers attend up to the longest row (a dynamic span, in quanta of 1,024 slots), not what the cache
     # reserves: rows at 8k in a cache reserved for 32k pay 8k attention, and a row past a quantum pays the next one
-    from harness.step_graph import SPAN_QUANTUM
+    from harness.engine.step_graph import SPAN_QUANTUM
 
     reserved = Model(prof, Knobs(capacity=32768))
     at_8k = model.predict(g, 32, 8192, "compiled")  # a cache of exactly context + 2C: the span stops there
@@ -173,7 +176,7 @@ def test_compiled_step_is_the_traced_graph_fused(prof, model):
 
 def test_compiled_step_moves_no_float32_logits(prof):
     """The compiled step processes the logits out of place and its draw recomputes the chunks it reads again from
-    the raw logits (`harness.sampler_step.graph_sampling`), so no vocabulary-wide float32 tensor goes through
+    the raw logits (`samplers.sampler_step.graph_sampling`), so no vocabulary-wide float32 tensor goes through
     memory: the raw logits are written once (model dtype) and read once by the kernel that reduces them and writes
     the workspace; a gather pays for what it picks."""
     v = prof["real"]["vocab_size"]
@@ -223,7 +226,7 @@ def test_shape_only_trace_matches_computed(twins):
 
 
 def test_a_trace_does_not_depend_on_where_the_allocator_puts_tensors(twins):
-    """`bench.fusion` follows storages: a fresh allocation is a new storage even at an address a freed tensor had,
+    """`bench.gpu.fusion` follows storages: a fresh allocation is a new storage even at an address a freed tensor had,
     so three traces of the compiled step, each after other allocations moved the allocator's free blocks, mark
     the same kernels and bytes (with storages keyed by address alone the third one differed: measured)."""
     adapter = twins["adapter"]
@@ -254,7 +257,7 @@ def test_cli_writes_json(prof, tmp_path, monkeypatch, capsys):
     p = gpu_plan.predict("h200", 32, 8192, "planned", prof)
     assert p["total_ms"] == pytest.approx(rows[1]["variants"]["planned"]["total_ms"])
     # `make gpu-check` on an H200 prints its measured parts beside these predictions (none on another device)
-    from bench.gpu_estimates import PLAN_DENOISE_PARTS, versus_plan
+    from bench.gpu.gpu_estimates import PLAN_DENOISE_PARTS, versus_plan
 
     measured = {
         "forward": [

@@ -1,4 +1,5 @@
-"""Self-speculative and routed decoding (harness/canvas_verify.py): one set of weights, diffusion drafts, the AR mode
+"""Self-speculative and routed decoding (harness/engine/canvas_verify.py): one set of weights, diffusion drafts, the AR
+mode
 verifies. Greedy verification must give the AR mode's tokens exactly, at any batch size; a routing rule that never
 fires must leave pure diffusion untouched; a rejected draft's K/V is dropped without touching other rows."""
 
@@ -12,7 +13,7 @@ import torch
 
 from contract.records import GenerationRequest, decode_metrics
 from harness import api
-from harness.decode import BlockDiffusionDecoder
+from harness.engine.decode import BlockDiffusionDecoder
 from models.diffusion_gemma_ar import DiffusionGemmaARDecoder
 from samplers.config import EntropyBoundConfig, SamplerConfigError
 from tests.helpers.app import REPO, compose_app, run_app

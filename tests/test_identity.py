@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from harness.store import ResultStore, RunDirBusy
+from harness.runner.store import ResultStore, RunDirBusy
 from tests.helpers.app import compose_app
 
 
@@ -74,8 +74,8 @@ def test_one_writer_per_run_dir(tmp_path):
 
 def test_fronts_never_mix_item_sets(tmp_path):
     """Two runs named 'sudoku6' on different puzzle sets form two groups, each with its own front and AUP."""
-    from harness.aggregate import collect
-    from harness.fronts import annotate_fronts
+    from harness.analysis.aggregate import collect
+    from harness.analysis.fronts import annotate_fronts
     from tests.helpers.runs import make_run_dir
 
     make_run_dir(tmp_path, "easy", [(36, 2, 1.0, [2])] * 8, eval_name="sudoku6")

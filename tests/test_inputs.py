@@ -15,7 +15,7 @@ from evals.prompts import PromptsEval
 from evals.sudoku.eval import SudokuEval
 from evals.sudoku.io import load_puzzles
 from evals.sudoku.puzzles import generate_puzzles
-from harness.store import ResultStore, UnreadableFile, read_metrics, read_samples
+from harness.runner.store import ResultStore, UnreadableFile, read_metrics, read_samples
 
 PUZZLES = generate_puzzles(6, 20, (18, 20), seed=5)
 
@@ -47,7 +47,7 @@ def test_resume_drops_a_bad_middle_row_with_a_warning_and_keeps_the_bytes(tmp_pa
     store.append(_row("b"))
     store.append(_row("c"))
     original = store.samples_path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="harness.store"):
+    with caplog.at_level(logging.WARNING, logger="harness.runner.store"):
         rows = store.load()
     assert list(rows) == ["a", "b", "c"]
     warning = caplog.text
@@ -67,7 +67,7 @@ def test_a_torn_last_line_is_dropped_and_reported(tmp_path, caplog):
     store.append(_row("a"))
     with store.samples_path.open("a") as f:
         f.write('{"sample_id": "b", "tok')  # SIGKILL mid-write
-    with caplog.at_level(logging.WARNING, logger="harness.store"):
+    with caplog.at_level(logging.WARNING, logger="harness.runner.store"):
         assert list(store.load()) == ["a"]
     assert "line 2: torn last line" in caplog.text
     store.append(_row("b"))  # the next sample starts on a line of its own

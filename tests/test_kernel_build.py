@@ -1,4 +1,4 @@
-"""The Triton kernels compile for Hopper ahead of time, here on the CPU (`bench.kernel_build`): every launch the
+"""The Triton kernels compile for Hopper ahead of time, here on the CPU (`bench.gpu.kernel_build`): every launch the
 code makes at the released shapes gives a cubin for sm_90 that fits an SM, with no register spills."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def test_released_launches_compile_for_sm90_without_spills(tmp_path):
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")  # compiled in this run, not read from an earlier one
     out = tmp_path / "kernels.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.kernel_build", "--json", str(out)],
+        [sys.executable, "-m", "bench.gpu.kernel_build", "--json", str(out)],
         cwd=REPO,
         env=env,
         capture_output=True,

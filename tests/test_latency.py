@@ -86,7 +86,7 @@ def test_diffusion_ttft_is_the_first_committed_canvas():
     """Batch 1, two steps per canvas (adaptive stop off): the first canvas is final after the second denoise
     following the sample's prefill, and before the commit that re-encodes it (or the result, for a sample that
     ended in its first canvas)."""
-    from harness.decode import BlockDiffusionDecoder
+    from harness.engine.decode import BlockDiffusionDecoder
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from samplers.config import EntropyBoundConfig
 
@@ -145,7 +145,7 @@ def test_ar_ttft_is_the_first_accepted_token(model):
 def test_lockstep_ttft_is_the_batch_first_canvas():
     """`random_stream=reference` decodes whole batches: every row's first canvas is final at the same moment,
     before the first commit of the batch."""
-    from harness.decode import BlockDiffusionDecoder
+    from harness.engine.decode import BlockDiffusionDecoder
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from samplers.config import EntropyBoundConfig
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.store import read_metrics, read_samples
-from harness.wandb_offline import find_offline_runs, read_offline_run
+from harness.runner.store import read_metrics, read_samples
+from harness.tracking.wandb_offline import find_offline_runs, read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -32,7 +32,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from contract.records import GenerationResult, decode_metrics
-from harness.store import ResultStore
+from harness.runner.store import ResultStore
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -73,7 +73,7 @@ hydra:
     subdir: ${run_name}
   callbacks:
     sweep_summary:
-      _target_: harness.callbacks.SweepSummary
+      _target_: harness.tracking.callbacks.SweepSummary
       group: ${sweep_name}
 """
 
@@ -247,7 +247,7 @@ def test_real_app_two_job_sweep_through_submitit_local(tmp_path):
 def test_local_launchers_refuse_to_stack_gpu_jobs_on_one_gpu():
     """With fake device counts: submitit's local executor would give every job GPUs 0..g-1 at once, joblib every
     worker cuda:0; both refuse before anything runs and name hydra/launcher=ray. CPU sweeps and single jobs pass."""
-    from harness.devices import check_joblib, check_submitit_local, uses_cuda, visible_gpus
+    from harness.launch.devices import check_joblib, check_submitit_local, uses_cuda, visible_gpus
 
     check_submitit_local(jobs=4, gpus_per_node=0, visible=8)  # a CPU sweep on a GPU machine
     check_submitit_local(jobs=1, gpus_per_node=2, visible=8)  # one job may have two GPUs
@@ -273,7 +273,7 @@ def test_launcher_yamls_compose_into_the_guarded_launchers_and_ray():
         cfg = compose_app(f"hydra/launcher={name}", with_hydra=True)
         assert cfg.hydra.launcher._target_.endswith(target)
     cfg = compose_app("hydra/launcher=ray", "hydra.launcher.ray.init.address=auto", with_hydra=True)
-    from harness.ray_launch import RaySettings
+    from harness.launch.ray_launch import RaySettings
 
     s = RaySettings.parse(cfg.hydra.launcher.ray)
     assert (s.num_gpus, s.num_cpus, s.max_retries, s.init["address"]) == ("auto", 1, 2, "auto")
@@ -285,7 +285,7 @@ def test_launcher_yamls_compose_into_the_guarded_launchers_and_ray():
 
 def test_sharded_run_dir_is_read_merged(tmp_path):
     """Shard files and samples.jsonl are one run to every reader (first row per id wins); each store writes its own."""
-    from harness.store import SHARD_SAMPLES, ResultStore, RunDirBusy, read_samples, sample_files
+    from harness.runner.store import SHARD_SAMPLES, ResultStore, RunDirBusy, read_samples, sample_files
 
     row = {"num_tokens": 1, "nfe": 1, "wall_time_s": 0.1}
     main = ResultStore(tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evals.lmeval import LmEvalEval
-from harness.store import ResultStore
+from harness.runner.store import ResultStore
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lm_eval" / "echo_task.yaml"
 
@@ -33,7 +33,7 @@ def test_config_errors_before_model():
 
 
 def test_generic_task_rows_and_metrics(tiny_diffusion_dir, adapter_factory, task_dir, tmp_path):
-    from harness.decode import BlockDiffusionDecoder
+    from harness.engine.decode import BlockDiffusionDecoder
     from samplers.config import EntropyBoundConfig
 
     dec = BlockDiffusionDecoder(adapter_factory(tiny_diffusion_dir), EntropyBoundConfig(max_steps=2))

@@ -10,7 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.loggers import (
+from harness.figures.pareto import make_report
+from harness.runner.store import read_metrics, read_samples
+from harness.tracking.loggers import (
     NoLogger,
     WandbLogger,
     acceptance_curve,
@@ -19,9 +21,7 @@ from harness.loggers import (
     run_id,
     server_unreachable,
 )
-from harness.pareto import make_report
-from harness.store import read_metrics, read_samples
-from harness.wandb_offline import find_offline_runs, read_offline_run
+from harness.tracking.wandb_offline import find_offline_runs, read_offline_run
 from tests.helpers.runs import make_run_dir, make_sweep
 
 # wandb's service process may finish writing a run's log a moment after finish() returned (seen under load):
@@ -333,7 +333,7 @@ def test_a_key_without_network_logs_offline_within_the_bound(tmp_path, key_but_n
     run_dir = make_run_dir(tmp_path / "sweep", "b0.1", [(16, 8, 1, [4, 4])], sampler={"name": "entropy_bound"})
     logger = WandbLogger(project="proj", init_timeout=5, probe_timeout=2)
     t0 = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="harness.loggers"):
+    with caplog.at_level(logging.WARNING, logger="harness.tracking.loggers"):
         logger.start(run_dir.name, "sweep", {"seed": 0}, str(run_dir))
     elapsed = time.monotonic() - t0
     assert elapsed < 30, elapsed  # probe (<= 2 s) + an offline init; it was ~100 s and a CommError

@@ -355,13 +355,13 @@ def test_gradient_checkpointing_gives_the_same_adapter_gradients(lora_base_dir, 
 
 def test_a_run_without_an_adapter_never_imports_peft(tmp_path):
     """The GPU machine has a peft of its own, built for another transformers: the GPU check (and any run with no
-    `model.adapter`) must not import it. With peft made unimportable, `bench.gpu_check --tiny` builds the
+    `model.adapter`) must not import it. With peft made unimportable, `bench.gpu.gpu_check --tiny` builds the
     released-shape model, its adapter and the engine, and runs its forwards."""
     code = (
         "import runpy, sys\n"
         "sys.modules['peft'] = None\n"  # `import peft` raises ImportError
         f"sys.argv = ['gpu_check', '--tiny', '--phases', 'forward', '--out-dir', {str(tmp_path)!r}]\n"
-        "runpy.run_module('bench.gpu_check', run_name='__main__')\n"
+        "runpy.run_module('bench.gpu.gpu_check', run_name='__main__')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

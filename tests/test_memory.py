@@ -67,10 +67,10 @@ def small_config(hidden: int = 64, canvas: int = 16, vocab: int = 512) -> Diffus
 
 
 def config_26b_shape() -> DiffusionGemmaConfig:
-    """The text tower of google/diffusiongemma-26B-A4B-it as the brief and bench/gpu_check.py give it (Gemma 4 26B
+    """The text tower of google/diffusiongemma-26B-A4B-it as the brief and bench/gpu/gpu_check.py give it (Gemma 4 26B
     A4B: 30 layers 5 sliding : 1 full, 128 experts top-8). Not read from the checkpoint's config.json (no network
     here): a plausibility check only. The default Gemma 4 vision tower (~0.17B) stands in for the real one."""
-    from bench.released_model import FULL_TEXT
+    from bench.cpu.released_model import FULL_TEXT
 
     text = {**FULL_TEXT, "layer_types": ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(30)]}
     return DiffusionGemmaConfig(text_config=text, canvas_length=256)
@@ -232,10 +232,11 @@ def test_activation_allowance_bounds_measured_forwards(attn, dtype):
 
 
 def test_estimate_bounds_the_real_engine():
-    """The whole decode engine (harness.decode, continuous batching, self-conditioning, fast draw) on a real small
+    """The whole decode engine (harness.engine.decode, continuous batching, self-conditioning, fast draw) on a real
+    small
     model whose logits dominate: the measured peak of everything but the weights stays under the estimate."""
     from contract.records import GenerationRequest
-    from harness.decode import BlockDiffusionDecoder
+    from harness.engine.decode import BlockDiffusionDecoder
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from models.tiny import char_tokenizer
     from samplers.config import EntropyBoundConfig

@@ -1,4 +1,4 @@
-"""Single-user speed vs output length (harness/lengths.py) and the output_lengths twin, end to end."""
+"""Single-user speed vs output length (harness/analysis/lengths.py) and the output_lengths twin, end to end."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from harness.lengths import format_lengths, length_crossovers, length_figure, length_series, wins_from
+from harness.analysis.lengths import format_lengths, length_crossovers, length_figure, length_series, wins_from
 from tests.helpers.app import REPO, run_app
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.aggregate import collect
-from harness.fronts import annotate_fronts, area_under_front, front_mask
-from harness.pareto import canvas_evolution_figure, make_report, pareto_figure, steps_histogram_figure
-from harness.plot_points import wilson_interval
+from harness.analysis.aggregate import collect
+from harness.analysis.fronts import annotate_fronts, area_under_front, front_mask
+from harness.figures.pareto import canvas_evolution_figure, make_report, pareto_figure, steps_histogram_figure
+from harness.figures.plot_points import wilson_interval
 from tests.helpers.runs import make_sweep
 
 
@@ -102,7 +102,7 @@ def _crowded_table():
     """A sweep shaped like `make sweep`'s: four sampler families crowded into a small TPF x quality box, the
     default sampler among them, two baselines far below (so the y-axis breaks), 200 samples per run."""
 
-    from harness.dominance import default_knobs
+    from harness.analysis.dominance import default_knobs
 
     ref = {f"sampler.{k}": v for k, v in default_knobs().items() if k != "name"}
     rows = []
@@ -155,7 +155,7 @@ def test_crowded_pareto_labels_never_overlap_and_every_point_has_its_wilson_bar(
 
     from scipy.stats import binomtest
 
-    from harness.plot_labels import overlapping_pairs
+    from harness.figures.plot_labels import overlapping_pairs
 
     table = _crowded_table()
     for x in ("tpf", "tokens_per_second"):
@@ -202,7 +202,7 @@ def test_the_default_is_starred_with_a_dashed_line_and_dominating_runs_are_ringe
     (ring,) = [c for c in fig.axes[0].collections if c.get_gid() == "dominates_default"]
     assert sorted(map(tuple, ring.get_offsets().tolist())) == [(6.7, 0.96), (6.85, 0.955)]
     assert "dominates the default" in {t.get_text() for t in fig.legends[0].get_texts()}
-    # faster at no quality loss (harness.dominance's faster_not_worse): a dashed green ring of its own
+    # faster at no quality loss (harness.analysis.dominance's faster_not_worse): a dashed green ring of its own
     quick = table.assign(faster_not_worse=table["run_name"] == "rm0.3")
     fig = pareto_figure(quick, "tpf")
     (ring,) = [c for c in fig.axes[0].collections if c.get_gid() == "faster_not_worse"]
@@ -212,8 +212,8 @@ def test_the_default_is_starred_with_a_dashed_line_and_dominating_runs_are_ringe
 
 def test_plot_points_families_default_and_intervals():
 
-    from harness.dominance import default_knobs
-    from harness.plot_points import family_name, is_default, plot_points, wilson_interval
+    from harness.analysis.dominance import default_knobs
+    from harness.figures.plot_points import family_name, is_default, plot_points, wilson_interval
 
     ref = {f"sampler.{k}": v for k, v in default_knobs().items() if k != "name"}
     base = {"label": "diffusion", "sampler": "entropy_bound", "eval": "e", "model": "m", "num_samples": 200}
@@ -307,7 +307,7 @@ def test_make_report_writes_every_figure(tmp_path):
 def test_plot_labels_spell_knobs_as_run_names():
     """One knob vocabulary (samplers.knobs): a point label and a run name spell each knob the same way."""
 
-    from harness.plot_points import point_label
+    from harness.figures.plot_points import point_label
     from samplers.knobs import label_part, run_name_part
 
     row = pd.Series(
@@ -341,7 +341,7 @@ def _two_runs_one_broken(root):
 
 def test_pareto_cli_lists_a_broken_run_and_plots_the_others(tmp_path, capsys):
     """Issue 16 item 10: `python -m harness.pareto` crashed on one truncated metrics.json."""
-    from harness.pareto import main
+    from harness.figures.pareto import main
 
     sweep, broken = _two_runs_one_broken(tmp_path)
     main([str(sweep), "--out", str(tmp_path / "plots")])
@@ -354,7 +354,7 @@ def test_sweep_end_summary_survives_broken_runs(tmp_path, capsys):
     """The sweep-end callback lists broken runs and summarizes the rest; with none readable it logs nothing."""
     from omegaconf import OmegaConf
 
-    from harness.callbacks import SweepSummary
+    from harness.tracking.callbacks import SweepSummary
 
     sweep, broken = _two_runs_one_broken(tmp_path)
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
@@ -371,7 +371,7 @@ def test_sweep_end_summary_survives_broken_runs(tmp_path, capsys):
 @pytest.mark.parametrize("n", [12, 100, 200])
 def test_wilson_interval_holds_a_rate_of_zero_or_one(n):
     """At p = 0 or 1 rounding once put the interval's end past p: a negative error bar that matplotlib refuses."""
-    from harness.plot_points import wilson_interval
+    from harness.figures.plot_points import wilson_interval
 
     for p in (0.0, 1.0):
         lo, hi = wilson_interval(p, n)

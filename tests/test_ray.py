@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.store import LOCK, SHARD_SAMPLES, read_metrics, read_samples, sample_files
+from harness.runner.store import LOCK, SHARD_SAMPLES, read_metrics, read_samples, sample_files
 from tests.helpers.app import REPO, app_env
 from tests.helpers.compare import PROCESS_LOCAL, comparable, exactly_once, outputs, run_dirs
 from tests.helpers.paused_run import PAUSE_DIR, pause_file

@@ -151,6 +151,12 @@ def test_gated_hub_sources_are_declared_by_the_evals():
     hub = instantiate(_compose("eval=gpqa").eval)
     local = instantiate(_compose("eval=gpqa", f"eval.data_files={REPO}/tests/fixtures/gpqa/gpqa_made_up.jsonl").eval)
     assert hub.hub_datasets() == ["Idavidrein/gpqa"] and local.hub_datasets() == []
+
+
+@pytest.mark.sandbox  # the LiveCodeBench eval checks its sandbox when it is built
+def test_local_livecodebench_files_declare_no_hub_source():
+    from hydra.utils import instantiate
+
     lcb = _compose("eval=livecodebench", f"eval.data_dir={REPO}/tests/fixtures/livecodebench").eval
     assert instantiate(lcb).hub_datasets() == []
 
@@ -160,8 +166,8 @@ def test_batch_size_auto_plans_ar_models_too():
     at most the number of items (3)."""
     from hydra.utils import instantiate
 
-    from harness.evaluate import checked_items
     from harness.run import plan_batch_size
+    from harness.runner.evaluate import checked_items
 
     for model, check in (("tiny_ar", lambda b: b == 3), ("tiny_ar_draft", lambda b: b == 3)):
         cfg = _compose(f"model={model}", "batch_size=auto")
@@ -174,8 +180,8 @@ def test_a_compiled_step_is_planned_at_its_bucket(monkeypatch):
     that (whole_step, logits_factor 3); the eager default is not."""
     from hydra.utils import instantiate
 
-    from harness.evaluate import checked_items
     from harness.run import plan_batch_size
+    from harness.runner.evaluate import checked_items
     from models import memory
 
     asked = []

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from contract.records import GenerationRequest
-from harness.decode import BlockDiffusionDecoder
+from harness.engine.decode import BlockDiffusionDecoder
 from samplers.config import (
     ConfidenceThresholdConfig,
     ConfidenceTopKConfig,

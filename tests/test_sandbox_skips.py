@@ -18,7 +18,7 @@ def test_with_bubblewrap_hidden_no_sandbox_test_is_left_to_run(tmp_path):
     # PATH holds only the interpreter's folder: bwrap (wherever it is installed) cannot be found.
     env = {**os.environ, "PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests", "-m", "sandbox", "-p", "no:xdist", "-v", "-o", "addopts="],
+        [sys.executable, "-m", "pytest", "tests", "-m", "sandbox", "-n", "0", "-v", "-o", "addopts="],
         cwd=ROOT,
         env=env,
         capture_output=True,

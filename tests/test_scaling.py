@@ -1,4 +1,4 @@
-"""Throughput vs concurrency (harness/scaling.py): which runs form a series, and where AR catches up."""
+"""Throughput vs concurrency (harness/analysis/scaling.py): which runs form a series, and where AR catches up."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from harness.scaling import crossovers, format_scaling, scaling_figure, scaling_series
+from harness.analysis.scaling import crossovers, format_scaling, scaling_figure, scaling_series
 
 
 def _table(dg: list[float], ar: list[float], sizes=(1, 2, 4, 8, 16, 32, 64), report: float | None = 32.0):
@@ -58,7 +58,7 @@ def test_tables_without_batch_sizes_have_no_series():
 
 
 def test_latency_table_and_latency_vs_throughput_figure():
-    from harness.scaling import format_latency, latency_figure
+    from harness.analysis.scaling import format_latency, latency_figure
 
     table = _table(dg=[100, 180, 300, 400, 600, 700, 750], ar=[20, 40, 90, 200, 800, 1600, 3000])
     series = scaling_series(table).assign(

@@ -1,4 +1,4 @@
-"""The multi-objective sampler search (`hydra/sweeper=optuna_moo`, harness.search): its space, its study, and a
+"""The multi-objective sampler search (`hydra/sweeper=optuna_moo`, harness.analysis.search): its space, its study, and a
 search killed with SIGKILL and re-run, which must end with the same trials as one never interrupted."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from harness.search import (
+from harness.analysis.search import (
     OVERRIDES_ATTR,
     RUN_DIR_ATTR,
     STUDY_FILE,
@@ -181,7 +181,7 @@ def test_a_trial_asked_but_never_launched_is_failed_and_not_counted(tmp_path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from harness.configs import register_configs
+    from harness.runner.configs import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from harness.store import SAMPLES, read_metrics, read_samples
+from harness.runner.store import SAMPLES, read_metrics, read_samples
 from tests.helpers.app import REPO, app_env
 from tests.helpers.compare import PROCESS_LOCAL, comparable, exactly_once, outputs, run_dirs
 from tests.helpers.paused_run import PAUSE_DIR, pause_file

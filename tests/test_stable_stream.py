@@ -1,5 +1,6 @@
 """Streaming what is already stable (`sampler.stream_after_stable`): the decode is unchanged, the stream ends on the
-final output, and time to first visible token and revisions are counted as `harness.stable_stream` defines them."""
+final output, and time to first visible token and revisions are counted as `harness.engine.stable_stream` defines
+them."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from hydra.utils import instantiate
 
 from contract.paths import REPO_ROOT
 from contract.records import GenerationRequest, GenerationResult, StreamEvent, decode_metrics
-from harness.decode import BlockDiffusionDecoder
-from harness.stable_stream import StableRuns, StableStream
+from harness.engine.decode import BlockDiffusionDecoder
+from harness.engine.stable_stream import StableRuns, StableStream
 from samplers.config import EntropyBoundConfig, SamplerConfigError
 from tests.helpers.app import compose_app, run_app
 

@@ -1,4 +1,4 @@
-"""The whole denoising step in one graph (`model.compile=step`, harness.step_graph): no graph breaks at B=1 and
+"""The whole denoising step in one graph (`model.compile=step`, harness.engine.step_graph): no graph breaks at B=1 and
 B=8, one compiled graph per batch bucket, and the compiled step gives the eager step's results.
 
 Tolerance: the compiled step attends over every slot of the cache (masked) and inductor fuses and reorders the
@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from contract.records import GenerationRequest
-from harness.commit_graph import WholeCommit
-from harness.decode import BlockDiffusionDecoder
-from harness.sampler_step import sampler_step, torch_sampling
-from harness.step_graph import WholeStep
+from harness.engine.commit_graph import WholeCommit
+from harness.engine.decode import BlockDiffusionDecoder
+from harness.engine.step_graph import WholeStep
 from samplers import streams
 from samplers.config import EntropyBoundConfig
 from samplers.fast_draw import draw_fast, draw_whole
+from samplers.sampler_step import sampler_step, torch_sampling
 
 LOGITS_ATOL = 1e-4  # float32 logits of O(10): measured differences are ~1e-6
 PROMPTS = ["hi", "a longer prompt here", "mid size", "x", "0123456789abcdef", "zz top", "q", "lorem ipsum dolor"]

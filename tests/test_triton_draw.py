@@ -405,7 +405,7 @@ def test_cuda_full_vocabulary(tmp_path):
 def test_engine_step_fused_matches_torch_sampling():
     """The engine's two sampling paths on the same raw logits and uniforms: same argmax, entropy and processed
     logits; the same token except where a uniform sits within float rounding of a CDF boundary."""
-    from harness.decode import fused_sampling, torch_sampling
+    from harness.engine.decode import fused_sampling, torch_sampling
     from samplers.fast_draw import draw_fast
 
     b, c, v = 3, 8, 1000
@@ -429,7 +429,7 @@ def test_engine_step_fused_matches_torch_sampling():
 def test_engine_with_the_fused_kernel_is_batch_invariant(adapter_factory, medium_diffusion_dir):
     """draw=fused end to end (kernel in the interpreter): batch 1 vs a refilled batch of 3, identical samples."""
     from contract.records import GenerationRequest
-    from harness.decode import BlockDiffusionDecoder
+    from harness.engine.decode import BlockDiffusionDecoder
     from samplers.config import EntropyBoundConfig
 
     adapter = adapter_factory(medium_diffusion_dir)

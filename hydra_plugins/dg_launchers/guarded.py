@@ -1,5 +1,5 @@
 """`hydra/launcher=local` (submitit) and `hydra/launcher=parallel` (joblib) that refuse to stack GPU jobs on one
-GPU before any job starts (harness.devices says why and names `hydra/launcher=ray`); otherwise unchanged."""
+GPU before any job starts (harness.launch.devices says why and names `hydra/launcher=ray`); otherwise unchanged."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLaunche
 
 class GuardedLocalLauncher(LocalLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from harness.devices import check_submitit_local, visible_gpus
+        from harness.launch.devices import check_submitit_local, visible_gpus
 
         gpus = int(self.params.get("gpus_per_node") or 0)
         check_submitit_local(len(job_overrides), gpus, len(visible_gpus()) if gpus else 0)
@@ -21,7 +21,7 @@ class GuardedLocalLauncher(LocalLauncher):
 
 class GuardedJoblibLauncher(JoblibLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from harness.devices import check_joblib, uses_cuda, visible_gpus
+        from harness.launch.devices import check_joblib, uses_cuda, visible_gpus
 
         visible = len(visible_gpus())
         if visible and len(job_overrides) > 1:

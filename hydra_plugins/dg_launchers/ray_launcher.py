@@ -1,4 +1,5 @@
-"""`hydra/launcher=ray`: every sweep point is a Ray task that reserves its own GPU(s) and CPUs (harness.ray_launch).
+"""`hydra/launcher=ray`: every sweep point is a Ray task that reserves its own GPU(s) and CPUs
+(harness.launch.ray_launch).
 
 Ray queues the points beyond the free GPUs and sets each task's `CUDA_VISIBLE_DEVICES`; `ray.init` starts Ray on
 this machine (`hydra.launcher.ray.init.address=null`) or joins a running cluster (`auto`, `ray://head:10001`). The
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 class RayLauncher(Launcher):
     def __init__(self, ray: Any) -> None:
-        from harness.ray_launch import RaySettings
+        from harness.launch.ray_launch import RaySettings
 
         plain = OmegaConf.to_container(ray, resolve=True) if OmegaConf.is_config(ray) else dict(ray)
         self.settings = RaySettings.parse(plain)  # a bad setting fails before Ray starts
@@ -40,7 +41,7 @@ class RayLauncher(Launcher):
         from hydra.core.singleton import Singleton
         from hydra.core.utils import JobStatus, configure_log, filter_overrides, setup_globals
 
-        from harness.ray_launch import run_point
+        from harness.launch.ray_launch import run_point
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         setup_globals()
@@ -57,7 +58,7 @@ class RayLauncher(Launcher):
             with open_dict(sweep_config):
                 sweep_config.hydra.job.id = f"job_id_for_{idx}"
                 sweep_config.hydra.job.num = idx
-            # a sharded point's own task only waits for its shards, which reserve the GPUs (harness.shards)
+            # a sharded point's own task only waits for its shards, which reserve the GPUs (harness.launch.shards)
             options = self.settings.task_options(gpus=int(sweep_config.get("shards") or 1) <= 1)
             log.info("\t#%d : %s (%s)", idx, " ".join(filter_overrides(overrides)), options)
             ref = ray.remote(**options)(run_point).remote(

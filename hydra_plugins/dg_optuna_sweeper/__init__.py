@@ -1,1 +1,2 @@
-"""Hydra sweeper `hydra/sweeper=optuna_moo`: multi-objective sampler search on current Optuna (see harness.search)."""
+"""Hydra sweeper `hydra/sweeper=optuna_moo`: multi-objective sampler search on current Optuna (see
+harness.analysis.search)."""

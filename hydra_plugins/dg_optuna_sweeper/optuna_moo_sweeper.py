@@ -2,7 +2,7 @@
 
 Hydra finds it by scanning the `hydra_plugins` namespace package (this folder sits beside `harness/` on the path);
 its config is `conf/hydra/sweeper/optuna_moo.yaml`. The search logic (space, study, kill-and-resume rules) is in
-`harness.search`; this class only wires it to Hydra's launcher. Heavy imports are deferred: Hydra imports every
+`harness.analysis.search`; this class only wires it to Hydra's launcher. Heavy imports are deferred: Hydra imports every
 plugin module at start-up, also for runs that never sweep.
 """
 
@@ -42,7 +42,7 @@ class OptunaMooSweeper(Sweeper):
         enqueue: Any = None,
         max_failures: int = 3,
     ) -> None:
-        from harness.search import SearchConfigError, SearchSpace, parse_objectives
+        from harness.analysis.search import SearchConfigError, SearchSpace, parse_objectives
 
         self.objectives = parse_objectives(_plain(objectives), _plain(directions))
         self.space = SearchSpace.parse(_plain(space) or {})
@@ -66,7 +66,7 @@ class OptunaMooSweeper(Sweeper):
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
 
-        from harness.search import make_sampler
+        from harness.analysis.search import make_sampler
 
         make_sampler(self.sampler_name, self.seed, **self.sampler)  # a bad sampler setting fails before any run
         self.hydra_context, self.config = hydra_context, config
@@ -78,7 +78,7 @@ class OptunaMooSweeper(Sweeper):
         from hydra.core.override_parser.overrides_parser import OverridesParser
         from optuna.trial import Trial, TrialState
 
-        from harness.search import (
+        from harness.analysis.search import (
             OVERRIDES_ATTR,
             RUN_DIR_ATTR,
             STUDY_FILE,

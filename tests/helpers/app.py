@@ -39,7 +39,7 @@ def compose_app(*overrides: str, with_hydra: bool = False):
     `with_hydra` keeps the `hydra` node (launcher, sweeper, run/sweep dirs)."""
     from hydra import compose, initialize_config_dir
 
-    from harness.configs import register_configs
+    from harness.runner.configs import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

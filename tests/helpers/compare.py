@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from harness.store import sample_files
+from harness.runner.store import sample_files
 
 # metrics that measure time (or count what one process did: forwards seen by the expert hooks)
 PROCESS_LOCAL = re.compile(r"second|latency|ttft|ttfv|wall_time|experts_per_forward")

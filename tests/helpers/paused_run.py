@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from harness import run as app
-from harness.store import ResultStore
+from harness.runner.store import ResultStore
 
 PAUSE_DIR, PAUSE_KEY = "HARNESS_TEST_PAUSE_DIR", "HARNESS_TEST_PAUSE_KEY"
 

@@ -1,11 +1,11 @@
-"""Finished run dirs and a small sweep, written through ResultStore exactly as harness.evaluate writes them."""
+"""Finished run dirs and a small sweep, written through ResultStore exactly as harness.runner.evaluate writes them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from contract.records import GenerationResult, decode_metrics
-from harness.store import ResultStore
+from harness.runner.store import ResultStore
 
 
 def make_run_dir(

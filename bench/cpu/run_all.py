@@ -1,0 +1,150 @@
+"""`make bench`: the CPU benches in one go (under 10 minutes on the 2-core box), one summary table.
+
+1. sampler step, ours vs transformers' (B = 1, 4; 256 x 262,144 float32 logits; 2 threads);
+2. decode loop, ours vs `generate()` on a tiny model (reference mode must give identical tokens);
+3. Sudoku throughput vs batch size (1, 4, 16, 64) on the shipped checkpoint: our engine (continuous batching)
+   vs `generate()`, row utilization, and whether every sample's tokens equal those at batch 1;
+4. the engine's own costs: extra logits memory in U (ours vs `generate()`), host syncs per step and loop
+   overhead at B = 1, 8, 32 (bench.cpu.engine);
+5. the AR engine vs `generate()` / assisted generation on the Sudoku AR models, and tokens/s vs concurrency
+   for AR, AR + draft and diffusion (bench.cpu.ar_engine; ratio there = ours / reference tokens/s);
+6. the K/V bytes copied per commit / admission (bench.cpu.cache_copies);
+7. the denoising step eager vs compiled whole (`model.compile=step`) on the mid-size model at B = 1, 8: host ops
+   per step, step time, graphs, graph breaks, logits difference (bench.cpu.step_graph_bench; ratio = eager / compiled).
+Ratios are reference wall / ours (> 1: ours is faster), medians of interleaved runs in one process.
+
+    python -m bench.cpu.run_all [--quick] [--out-dir outputs/bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from bench.cpu import (
+    ar_engine,
+    cache_copies,
+    decode_loop,
+    engine,
+    eval_throughput,
+    sampler_step_bench,
+    step_graph_bench,
+)
+from bench.cpu.common import OUT_DIR, machine_info, print_machine, table, write_json
+
+
+def summary_rows(sampler: dict, decode: dict, throughput: dict, eng: dict | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for r in sampler["rows"]:
+        rows.append(
+            {
+                "bench": "sampler_step",
+                "setting": f"B={r['batch']} C={r['canvas']} V={r['vocab']}",
+                "reference": f"{r['reference_s']:.3f}s",
+                "ours": f"{r['ours_s']:.3f}s",
+                "ratio": r["ratio_of_medians"],
+                "note": f"net {r['net_ratio_of_medians']:.1f}x; argmax equal {r['argmax_equal']}",
+            }
+        )
+    for r in decode["rows"]:
+        for mode in ("ours_reference", "ours_fast", "ours_exact"):
+            note = (
+                f"same tokens: {r['same_outputs_reference_mode']}"
+                if mode == "ours_reference"
+                else f"nfe {r[mode + '_nfe']} vs {r['nfe_reference_mode']}"
+            )
+            rows.append(
+                {
+                    "bench": "decode_loop",
+                    "setting": f"B={r['batch']} {mode}",
+                    "reference": f"{r['generate_s']:.3f}s",
+                    "ours": f"{r[mode + '_s']:.3f}s",
+                    "ratio": r[f"{mode}_ratio"],
+                    "note": note,
+                }
+            )
+    for r in throughput["rows"]:
+        rows.append(
+            {
+                "bench": "sudoku_throughput",
+                "setting": f"B={r['batch']} n={r['samples']}",
+                "reference": f"{r['generate_samples_per_s']:.2f}/s",
+                "ours": f"{r['ours_samples_per_s']:.2f}/s",
+                "ratio": r["ratio"],
+                "note": f"{r['vs_first_batch']:.2f}x ours at B={throughput['rows'][0]['batch']}, "
+                f"util {r['row_utilization']:.2f}, same tokens {r['same_tokens_as_first']}, "
+                f"solved {r['ours_solved_rate']:.2f} vs {r['generate_solved_rate']:.2f}, tpf {r['ours_tpf']:.2f}",
+            }
+        )
+    if eng:
+        m = eng["memory"]
+        rows.append(
+            {
+                "bench": "engine_memory",
+                "setting": f"B={m['batch']} C={m['canvas']} V={m['vocab']}",
+                "reference": f"{m['generate_extra_U']:.2f}U",
+                "ours": f"{m['ours_extra_U']:.2f}U",
+                "ratio": m["generate_extra_U"] / m["ours_extra_U"] if m["ours_extra_U"] else 0.0,
+                "note": f"extra logits memory, U = {m['U_GB']:.3f} GB",
+            }
+        )
+        for r in eng["rows"]:
+            rows.append(
+                {
+                    "bench": "engine_overhead",
+                    "setting": f"B={r['batch']} n={r['samples']}",
+                    "reference": "-",
+                    "ours": f"{r['overhead_ms_per_step']:.1f}ms/step",
+                    "ratio": 0.0,
+                    "note": f"{r['overhead_share']:.0%} of wall outside the model; "
+                    f"{r['host_syncs_per_step']:.2f} host syncs/step",
+                }
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (a smoke run, seconds)")
+    p.add_argument("--out-dir", default=str(OUT_DIR))
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    if a.quick:
+        sampler = sampler_step_bench.run([1, 2], canvas=8, vocab=300, repeats=1, out_dir=a.out_dir, quiet=True)
+        decode = decode_loop.run([1], repeats=1, out_dir=a.out_dir, quiet=True)
+        throughput = eval_throughput.run([1, 2], samples=2, out_dir=a.out_dir, quiet=True)
+        eng = engine.run(quick=True, out_dir=a.out_dir, quiet=True)
+        arx = ar_engine.run(quick=True, out_dir=a.out_dir, quiet=True)
+        cc = cache_copies.run(quick=True, out_dir=a.out_dir, quiet=True)
+        sg = step_graph_bench.run(quick=True, out_dir=a.out_dir, quiet=True)
+    else:
+        sampler = sampler_step_bench.run([1, 4], repeats=3, threads=2, out_dir=a.out_dir)
+        decode = decode_loop.run([1, 4], repeats=5, threads=1, out_dir=a.out_dir)
+        throughput = eval_throughput.run([1, 4, 16, 64], samples=64, threads=1, out_dir=a.out_dir)
+        eng = engine.run(out_dir=a.out_dir)
+        arx = ar_engine.run(out_dir=a.out_dir)
+        cc = cache_copies.run(out_dir=a.out_dir)
+        sg = step_graph_bench.run(out_dir=a.out_dir)
+    rows = summary_rows(sampler, decode, throughput, eng) + ar_engine.summary_rows(arx) + cache_copies.summary_rows(cc)
+    rows += step_graph_bench.summary_rows(sg)
+    info = machine_info()
+    payload = {
+        "bench": "run_all",
+        "quick": a.quick,
+        "machine": info,
+        "total_s": time.perf_counter() - t0,
+        "rows": rows,
+        "model": throughput["model"],
+    }
+    path = write_json("summary", payload, a.out_dir)
+    print()
+    print_machine(info)
+    print(f"sudoku model: {throughput['model']}")
+    print(table(rows, ["bench", "setting", "reference", "ours", "ratio", "note"]))
+    print(f"ratio = reference wall / ours (> 1: ours faster); total {payload['total_s']:.0f}s; wrote {path}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

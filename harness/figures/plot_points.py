@@ -1,0 +1,211 @@
+"""What each point of a speed/quality figure means, as table columns (pure pandas: the PNG, the interactive HTML
+and the W&B charts all read the same columns, so they cannot disagree).
+
+`plot_points(table)` adds, per run:
+- `family` / `family_name`: the sampler family (`entropy_bound`, `confidence_topk`, `confidence_threshold`, with
+  `+remask` when `remask_ratio > 0`); baselines are their decoder kind (`ar`, `ar+mtp`, `ar+draft`). Figures give
+  each family one colour and each decoder kind one marker shape.
+- `is_default`: the run decodes with the checkpoint's reference sampler (entropy bound b=0.1, 48 steps, T 0.8->0.4,
+  adaptive stop, no remask: the defaults of `samplers.config.EntropyBoundConfig`), as `harness.analysis.dominance`
+  decides
+  it: its `reference_run` where the table has one, else every decode knob at its default.
+- `quality_lo` / `quality_hi`: the Wilson 95% interval of `quality` over `num_samples` samples. Quality is the
+  mean of per-sample `correct` in [0, 1]. For 0/1 scores this is the exact Wilson interval; for graded scores
+  (partial credit) it is used as is: a score in [0, 1] with mean p has variance at most p(1-p), so the interval
+  is at least as wide as the normal one it stands for (conservative). Quality outside [0, 1] gets no interval.
+- `point_label`: the knobs that vary within the run's family (`b=0.03 n=4`), spelled as in run names
+  (`samplers.knobs`); a baseline is labelled with its kind (`AR+MTP`).
+- `dominates_default`: kept when the table has it (issue #13, `harness.analysis.dominance`), else False.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis.aggregate import SAMPLER_PREFIX
+from harness.analysis.dominance import default_knobs, matches_knobs
+from harness.analysis.hybrid import family_of_hybrid
+from samplers.knobs import NOT_KNOBS, label_part
+
+KIND_NAMES = {
+    "diffusion": "diffusion",
+    "ar": "AR",
+    "ar+mtp": "AR+MTP",
+    "ar+draft": "AR+draft",
+    "ar-same-weights": "AR, same weights",
+}
+# Runs whose sampler group drafts the tokens: their knobs label the points. The hybrid kinds (diffusion drafts,
+# the same weights' AR mode verifies: harness.engine.canvas_verify) are families of their own, a routed one per rule.
+SAMPLER_KINDS = ("diffusion", "self-speculative", "routed")
+ROUTED = "routed"
+FAMILY_NAMES = {
+    "entropy_bound": "entropy bound",
+    "confidence_topk": "confidence top-k",
+    "confidence_threshold": "confidence threshold",
+}
+REMASK = "+remask"
+# Knobs that choose how a draw is computed, not which tokens the rule keeps: not worth a label (a sweep over
+# them is an implementation check, shown in the run table).
+IMPLEMENTATION_KNOBS = ("draw", "random_stream")
+Z95 = 1.959963984540054
+POINT_COLUMNS = [
+    "family",
+    "family_name",
+    "is_default",
+    "quality_lo",
+    "quality_hi",
+    "point_label",
+    "dominates_default",
+    "faster_not_worse",
+]
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def family_of(row: pd.Series | dict[str, Any]) -> str:
+    """The family key of a run: its sampler (+remask) for diffusion, its decoder kind for a baseline."""
+    label = row.get("label")
+    if label == ROUTED:  # one family per routing rule: `routed (steps)`
+        return family_of_hybrid(label, row.get(f"{SAMPLER_PREFIX}verify"))
+    if label != "diffusion":
+        return str(label)
+    name = str(row.get("sampler") or "diffusion")
+    rm = row.get(f"{SAMPLER_PREFIX}remask_ratio")
+    return name + REMASK if not _missing(rm) and float(rm) > 0 else name
+
+
+def family_name(family: str) -> str:
+    """`entropy bound + remask`, `confidence top-k`, `AR+MTP`: how a family is named in a legend."""
+    if family in KIND_NAMES or family.startswith(ROUTED):
+        return KIND_NAMES.get(family, family)
+    base, remask = (family[: -len(REMASK)], True) if family.endswith(REMASK) else (family, False)
+    name = FAMILY_NAMES.get(base, base.replace("_", " "))
+    return f"{name} + remask" if remask else name
+
+
+def is_default(row: pd.Series | dict[str, Any]) -> bool:
+    """The run is the default sampler: the reference run the dominance test compared against (`reference_run`,
+    `harness.analysis.dominance`) where the table names one, else a diffusion run whose knobs all equal the checkpoint's
+    (`harness.analysis.dominance.default_knobs`: one definition of "the default" for the star and the red ring)."""
+    if row.get("label") != "diffusion":
+        return False
+    ref = row.get("reference_run")
+    if isinstance(ref, str) and ref:
+        return row.get("run_name") == ref
+    return matches_knobs(row, default_knobs())
+
+
+def wilson_interval(p: float, n: float, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion `p` over `n` samples; (nan, nan) without a usable p or n."""
+    if _missing(p) or _missing(n) or n <= 0 or not 0.0 <= p <= 1.0:
+        return math.nan, math.nan
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # the interval always holds p; rounding must not push its ends past p (at p = 0 or 1: a negative error bar)
+    return min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))
+
+
+def family_knobs(df: pd.DataFrame) -> list[str]:
+    """The sampler knob columns whose set values differ between these runs (one family's runs), sorted by name."""
+    skip = {f"{SAMPLER_PREFIX}{k}" for k in (*NOT_KNOBS, *IMPLEMENTATION_KNOBS)}
+    return sorted(
+        c for c in df if c.startswith(SAMPLER_PREFIX) and c not in skip and df[c].dropna().astype(str).nunique() > 1
+    )
+
+
+def point_label(row: pd.Series, knobs: list[str]) -> str:
+    """`b=0.03 n=4`: the given knobs of a diffusion (or hybrid) run; a baseline's kind (`AR+MTP`)."""
+    if row["label"] not in SAMPLER_KINDS:
+        return KIND_NAMES.get(row["label"], str(row["label"]))
+    parts = []
+    for c in knobs:
+        v = row[c]
+        if _missing(v):
+            continue
+        parts.append(label_part(c[len(SAMPLER_PREFIX) :], v))
+    return " ".join(parts)
+
+
+def plot_points(table: pd.DataFrame) -> pd.DataFrame:
+    """A copy of the run table with the columns of `POINT_COLUMNS` (see the module docstring)."""
+    df = table.copy()
+    if df.empty:
+        for c in POINT_COLUMNS:
+            df[c] = pd.Series(dtype=object)
+        return df
+    df["family"] = [family_of(r) for _, r in df.iterrows()]
+    df["family_name"] = [family_name(f) for f in df["family"]]
+    df["is_default"] = [is_default(r) for _, r in df.iterrows()]
+    n = df["num_samples"] if "num_samples" in df else pd.Series(np.nan, index=df.index)
+    quality = pd.to_numeric(df["quality"], errors="coerce") if "quality" in df else pd.Series(np.nan, index=df.index)
+    bounds = [wilson_interval(q, k) for q, k in zip(quality, n)]
+    df["quality_lo"] = [lo for lo, _ in bounds]
+    df["quality_hi"] = [hi for _, hi in bounds]
+    df["point_label"] = ""
+    for _, g in df.groupby(["eval", "family"], sort=False, dropna=False):
+        knobs = family_knobs(g)
+        for i, r in g.iterrows():
+            df.at[i, "point_label"] = point_label(r, knobs)
+    for flag in (
+        "dominates_default",
+        "faster_not_worse",
+    ):  # harness.analysis.dominance's verdicts, where the table has them
+        if flag in df:
+            df[flag] = df[flag].map(lambda v: str(v).lower() == "true")
+        else:
+            df[flag] = False
+    return df
+
+
+# ---- style shared by the PNG/SVG (matplotlib) and the HTML (plotly) figures ------------------------------------
+
+FAMILY_ORDER = ["entropy_bound", "entropy_bound+remask", "confidence_topk", "confidence_threshold"]
+FAMILY_COLORS = {  # tab10 hues; red is kept for "dominates the default", grey for the baselines
+    "entropy_bound": "#1f77b4",
+    "entropy_bound+remask": "#9467bd",
+    "confidence_topk": "#ff7f0e",
+    "confidence_threshold": "#2ca02c",
+    "self-speculative": "#8c564b",  # hybrid decoding (diffusion drafts, the AR mode verifies): its own hues
+    "routed (steps)": "#e377c2",
+    "routed (step_cap)": "#bcbd22",
+}
+SPARE_COLORS = ["#17becf", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a"]
+BASELINE_COLOR = "#595959"
+HIGHLIGHT_COLOR = "#d62728"
+NOT_WORSE_COLOR = "#2ca02c"  # faster than the default at no quality loss (within the margin): dashed green ring
+
+
+def series_order(pts: pd.DataFrame) -> list[tuple[Any, str]]:
+    """(model, family) series in legend order: diffusion families in `FAMILY_ORDER`, then baselines by kind."""
+    keys = {(m, f) for m, f in zip(pts["model"], pts["family"])}
+    kinds = list(KIND_NAMES)
+
+    def rank(key: tuple[Any, str]) -> tuple[int, int, str, str]:
+        model, fam = key
+        if fam in KIND_NAMES:
+            return (2, kinds.index(fam), str(model), fam)
+        return (0 if fam in FAMILY_ORDER else 1, FAMILY_ORDER.index(fam) if fam in FAMILY_ORDER else 0, fam, str(model))
+
+    return sorted(keys, key=rank)
+
+
+def series_colors(pts: pd.DataFrame) -> dict[tuple[Any, str], str]:
+    """One colour per family; with several diffusion models on one plot, one colour per (model, family) series."""
+    order = series_order(pts)
+    diffusion = [k for k in order if k[1] not in KIND_NAMES]
+    per_series = len({m for m, _ in diffusion}) > 1
+    palette = [*FAMILY_COLORS.values(), *SPARE_COLORS]
+    colors: dict[tuple[Any, str], str] = {}
+    spare = iter(SPARE_COLORS * 10)
+    for i, key in enumerate(diffusion):
+        colors[key] = palette[i % len(palette)] if per_series else FAMILY_COLORS.get(key[1]) or next(spare)
+    for key in order:
+        colors.setdefault(key, BASELINE_COLOR)
+    return colors
