@@ -1,0 +1,173 @@
+"""The README and docs/ cannot go stale silently: every link, module and code path they name must exist.
+
+A move of a module (or a deleted docs page) fails here, naming the file and line that still points at the old
+place. Checked: README.md stays at most 200 lines (a newcomer's page; reference material lives in docs/); every
+docs/*.md page is linked from the README's docs index; every relative Markdown link resolves to a file; every
+`python -m X` names an importable module; every dotted path under a project package (`harness.engine.decode`,
+`models.memory.estimate_decode_peak`) names a module, or a top-level name defined in one; every repository path
+to a source file or folder (`harness/engine/decode.py`, `conf/sampler/`) exists. Pure text and `ast`: nothing
+is imported, so the check runs in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+README_MAX_LINES = 200
+DOCS_INDEX_HEADING = "## Documentation"
+PACKAGES = ("harness", "bench", "models", "samplers", "evals", "contract")
+PATH_ROOTS = (*PACKAGES, "conf", "tests", "hydra_plugins", "docs")
+# Paths the docs name that are meant to be absent from a clone: the user creates them (git-ignored).
+USER_CREATED = {"conf/local/default.yaml"}
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+PYTHON_M = re.compile(r"python3? -m ([A-Za-z_][\w.]*)")
+DOTTED = re.compile(rf"(?<![\w./-])((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)")
+REPO_PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(PATH_ROOTS)})/[\w.*/-]*)")
+
+
+def _lines(path: Path):
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        yield f"{path.relative_to(REPO)}:{number}", line
+
+
+def _module_file(dotted: str) -> Path | None:
+    """The file of a project module or package, or None when there is none."""
+    base = REPO.joinpath(*dotted.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@cache
+def _top_level_names(path: Path) -> frozenset[str]:
+    """Names a module binds at its top level (defs, classes, assignments, imports), read with `ast`."""
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
+
+
+def dotted_path_problem(dotted: str) -> str | None:
+    """Why `dotted` names nothing in the project (None when it does): the longest prefix that is a module must
+    exist below the top-level package, and a remaining part must start with a name that module defines."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        path = _module_file(".".join(parts[:end]))
+        if path is None:
+            continue
+        if end == len(parts) or parts[end] in _top_level_names(path):
+            return None
+        return f"{'.'.join(parts[:end])} has no top-level name {parts[end]!r}"
+    return f"no module {parts[0]}"
+
+
+def python_m_problem(module: str) -> str | None:
+    """Why `python -m module` would fail to find the module (None when it is found)."""
+    if module.split(".")[0] in (*PACKAGES, "tests"):
+        return None if _module_file(module) else f"no module {module}"
+    return None if importlib.util.find_spec(module.split(".")[0]) else f"{module} is not installed"
+
+
+def repo_path_problem(path: str) -> str | None:
+    """Why a repository path named in the docs does not exist (None when it does, or is not a source path)."""
+    path = path.rstrip(".,:;")
+    if not (path.endswith(("/", ".py", ".yaml", ".md")) or "*" in path) or path in USER_CREATED:
+        return None
+    return None if any(REPO.glob(path.rstrip("/"))) else f"no such path {path}"
+
+
+def _problems(pattern: re.Pattern, check) -> list[str]:
+    found = []
+    for page in PAGES:
+        for where, line in _lines(page):
+            for match in pattern.finditer(line):
+                problem = check(match.group(1))
+                if problem:
+                    found.append(f"{where}: {problem}")
+    return found
+
+
+def test_readme_is_short():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move reference text to docs/"
+
+
+def test_every_docs_page_is_in_the_readme_index():
+    text = README.read_text(encoding="utf-8")
+    assert DOCS_INDEX_HEADING in text, f"README.md has no {DOCS_INDEX_HEADING!r} section"
+    index = text.split(DOCS_INDEX_HEADING, 1)[1].split("\n## ", 1)[0]
+    linked = {Path(target).name for target in LINK.findall(index) if target.startswith("docs/")}
+    missing = [page.name for page in DOCS if page.name not in linked]
+    assert DOCS and not missing, f"docs pages missing from the README's docs index: {missing}"
+
+
+def test_relative_links_resolve():
+    def check(target: str) -> str | None:
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            return None
+        return None if (page_dir / target.split("#")[0]).exists() else f"broken link {target}"
+
+    broken = []
+    for page in PAGES:
+        page_dir = page.parent
+        for where, line in _lines(page):
+            broken += [f"{where}: {p}" for t in LINK.findall(line) if (p := check(t))]
+    assert not broken, "\n".join(broken)
+
+
+def test_python_m_modules_exist():
+    problems = _problems(PYTHON_M, python_m_problem)
+    assert not problems, "\n".join(problems)
+
+
+def test_dotted_module_paths_exist():
+    problems = _problems(DOTTED, dotted_path_problem)
+    assert not problems, "\n".join(problems)
+
+
+def test_repository_paths_exist():
+    problems = _problems(REPO_PATH, repo_path_problem)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("harness.engine.decode", True),
+        ("harness.engine.decode.BlockDiffusionDecoder", True),
+        ("harness.engine", True),
+        ("harness.search", False),  # moved to harness.analysis.search
+        ("harness.engine.decode.no_such_name", False),
+        ("harness.aggregate", False),  # moved to harness.analysis.aggregate
+    ],
+)
+def test_the_dotted_check_tells_a_moved_module(text, ok):
+    assert (dotted_path_problem(text) is None) is ok
+
+
+def test_the_path_and_module_checks_fail_on_missing_targets():
+    assert repo_path_problem("harness/engine/decode.py") is None
+    assert repo_path_problem("harness/decode.py") == "no such path harness/decode.py"
+    assert repo_path_problem("conf/sampler/*.yaml") is None
+    assert python_m_problem("harness.run") is None
+    assert python_m_problem("harness.aggregate") == "no module harness.aggregate"
+    assert python_m_problem("pytest") is None
