@@ -1,11 +1,11 @@
-"""What the README's "Reproducibility" paragraph claims about batch size, measured where it is claimed.
+"""What docs/reproducibility.md claims about batch size, measured where it is claimed.
 
 Tiny test models: one row's first-step logits differ between batch 1 and batch 3 / 8 by ~1e-7 and every token is
 the same. A narrow twin of the released model (its attention shapes, 128 experts top-8, the 5:1 layer pattern, 6
 layers, canvas 256; hidden 72, vocabulary 512, random weights, float32 CPU): the logits differ by 7e-5 to 0.04
 (their std is ~0.17) with mixed prompt lengths, and decodes part from the first tokens, while the
 reference mode still equals `generate()`; in float64 with the eager expert loop the same step is bitwise equal.
-The figures printed here are the ones the README quotes.
+The figures printed here are the ones docs/reproducibility.md quotes.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ USER_CREATED = {"conf/local/default.yaml"}
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 PYTHON_M = re.compile(r"python3? -m ([A-Za-z_][\w.]*)")
 DOTTED = re.compile(rf"(?<![\w./-])((?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+)")
+TEST_ID = re.compile(r"(tests/[\w/]+\.py::\w+)")
 REPO_PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(PATH_ROOTS)})/[\w.*/-]*)")
 
 
@@ -52,17 +53,19 @@ def _module_file(dotted: str) -> Path | None:
 
 @cache
 def _top_level_names(path: Path) -> frozenset[str]:
-    """Names a module binds at its top level (defs, classes, assignments, imports), read with `ast`."""
+    """Names a module defines at its top level (defs, classes, assignments) or exports in `__all__`, read with
+    `ast`. A name it merely imports does not count: the docs must name the module that defines it, so moving the
+    definition fails here even while an old import keeps the name reachable."""
     names = set()
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                names.update(ast.literal_eval(node.value))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
     return frozenset(names)
 
 
@@ -87,10 +90,20 @@ def python_m_problem(module: str) -> str | None:
     return None if importlib.util.find_spec(module.split(".")[0]) else f"{module} is not installed"
 
 
+def cited_test_problem(test_id: str) -> str | None:
+    """Why a `tests/test_x.py::name` the docs cite names no test function (None when it does)."""
+    file, name = test_id.split("::")
+    path = REPO / file
+    return None if path.is_file() and name in _top_level_names(path) else f"no test {test_id}"
+
+
 def repo_path_problem(path: str) -> str | None:
     """Why a repository path named in the docs does not exist (None when it does, or is not a source path)."""
     path = path.rstrip(".,:;")
-    if not (path.endswith(("/", ".py", ".yaml", ".md")) or "*" in path) or path in USER_CREATED:
+    if (
+        not (path.endswith(("/", ".py", ".yaml", ".md", ".json", ".jsonl", ".csv")) or "*" in path)
+        or path in USER_CREATED
+    ):
         return None
     return None if any(REPO.glob(path.rstrip("/"))) else f"no such path {path}"
 
@@ -149,6 +162,11 @@ def test_repository_paths_exist():
     assert not problems, "\n".join(problems)
 
 
+def test_cited_test_functions_exist():
+    problems = _problems(TEST_ID, cited_test_problem)
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize(
     ("text", "ok"),
     [
@@ -157,6 +175,9 @@ def test_repository_paths_exist():
         ("harness.engine", True),
         ("harness.search", False),  # moved to harness.analysis.search
         ("harness.engine.decode.no_such_name", False),
+        ("harness.engine.decode.sampler_step", False),  # imported there; defined in samplers.sampler_step
+        ("samplers.sampler_step.sampler_step", True),
+        ("evals.sudoku.train.TrainConfig", True),  # defined in evals.sudoku.recipe, exported in train's __all__
         ("harness.aggregate", False),  # moved to harness.analysis.aggregate
     ],
 )
@@ -168,6 +189,8 @@ def test_the_path_and_module_checks_fail_on_missing_targets():
     assert repo_path_problem("harness/engine/decode.py") is None
     assert repo_path_problem("harness/decode.py") == "no such path harness/decode.py"
     assert repo_path_problem("conf/sampler/*.yaml") is None
+    assert cited_test_problem("tests/test_engine.py::test_the_step_compiles_whole_on_cpu") is None
+    assert cited_test_problem("tests/test_engine.py::test_gone") == "no test tests/test_engine.py::test_gone"
     assert python_m_problem("harness.run") is None
     assert python_m_problem("harness.aggregate") == "no module harness.aggregate"
     assert python_m_problem("pytest") is None

@@ -95,7 +95,7 @@ PLAIN = [
     "The answer is D",  # no trailing character: empty strict match, in lm-eval as here
 ]
 # With thought blocks lm-eval (run on the raw text) can pick a choice quoted in the reasoning; we strip the
-# thoughts first (documented in README: "thought blocks stripped first"). These are the disagreements.
+# thoughts first (documented in docs/evals.md: "thought blocks removed first"). These are the disagreements.
 THOUGHT = [
     (
         f"{GEMMA_OPEN}Could it be (B)? The answer is (B). No.{GEMMA_CLOSE}The answer is (D).",

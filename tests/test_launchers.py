@@ -167,7 +167,7 @@ def test_submitit_local_sweep_with_wandb_and_sweep_summary(tmp_path):
 
 
 def test_slurm_launcher_yaml_has_cluster_defaults(tmp_path):
-    """The repo's `hydra/launcher=slurm` composes into Hydra's SLURM launcher with the defaults the README promises
+    """The repo's `hydra/launcher=slurm` composes into Hydra's SLURM launcher with the defaults docs/slurm.md promises
     for a GPU cluster. Submitting through it, and the requeue behaviour, run on a real Slurm in tests/test_slurm.py."""
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig

@@ -4,7 +4,7 @@ The cluster (slurmctld + slurmd + munge, no cgroups) starts once per session, on
 where it cannot start, the tests skip saying why (`SLURM UNAVAILABLE`). Every job goes through the real scheduler:
 `python -m harness.run -m hydra/launcher=slurm` submits one array task per sweep point with sbatch, submitit runs
 it under srun, and the shipped Sudoku model decodes on this CPU node (the GPU defaults of `conf/hydra/launcher/
-slurm.yaml` overridden). The interrupted sweep shows the README's promise: a job that is preempted (`scancel
+slurm.yaml` overridden). The interrupted sweep shows docs/slurm.md's promise: a job that is preempted (`scancel
 --signal=USR1`), that reaches its time limit (`--time=2`, submitit's USR2 10 s before), or that Slurm kills and
 requeues outright (`scontrol requeue`: SIGTERM, then SIGKILL, no handler involved) resumes from its samples.jsonl
 and ends with every sample exactly once and the same results as the uninterrupted local run. Those jobs pause while

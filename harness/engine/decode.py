@@ -21,7 +21,7 @@ small packed tensor; with `sampler.stream_after_stable`, each row's stable prefi
 `harness.engine.stable_stream`): steps, temperatures and random-stream keys are known on the host already. Every
 random number is a pure function of (sample seed, canvas, step, position, stream) (`samplers.streams`),
 so a sample's random numbers do not depend on its batch, its neighbours, when it was admitted, or a resume;
-its logits do, by the rounding of batch-shaped kernels (what that changes: README, Reproducibility).
+its logits do, by the rounding of batch-shaped kernels (what that changes: docs/reproducibility.md).
 The only full-size tensor is one float32 logits workspace (B x C x V; the model dtype under `model.compile=step`,
 where it only feeds self-conditioning): the LM head writes into it,
 softcap and temperature run in place, the draw reads it in cache-sized blocks, and it is the next

@@ -135,7 +135,7 @@ class RayTask:
 def run_point(hydra_context, sweep_config, task_function, singleton_state, cwd: str):
     """The body of one point's Ray task: Hydra's own `run_job`, as every launcher calls it, so run dirs, names,
     logs and the job's return are those of a local run. Runs in the submitting directory (relative paths mean the
-    same as there: it must exist on every node, see the README)."""
+    same as there: it must exist on every node, see docs/scaling.md)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.singleton import Singleton
     from hydra.core.utils import run_job, setup_globals

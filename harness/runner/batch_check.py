@@ -2,9 +2,9 @@
 
 A sample's random numbers do not depend on its batch (`samplers.streams`), but its logits do: batch-shaped kernels
 (matmuls, grouped experts, attention over padded contexts) round differently, and a sampler turns any rounding
-difference into another draw somewhere. At the released model's shapes that moves tokens even on the CPU (README,
-"Reproducibility"), so a run at batch B does not give batch 1's samples, and this check measures by how much on the
-run's own items: token agreement, exact-match share and the paired quality difference (run minus batch 1).
+difference into another draw somewhere. At the released model's shapes that moves tokens even on the CPU
+(docs/reproducibility.md), so a run at batch B does not give batch 1's samples, and this check measures by how much
+on the run's own items: token agreement, exact-match share and the paired quality difference (run minus batch 1).
 
 `batch_check.samples` (0: off; the `experiment=report_*` presets turn it on) items, spread evenly over the eval's
 item order, are re-decoded with the same requests (seeds from (run seed, sample id)). Their rows go to
