@@ -2,11 +2,12 @@
 
 A move of a module (or a deleted docs page) fails here, naming the file and line that still points at the old
 place. Checked: README.md stays at most 200 lines (a newcomer's page; reference material lives in docs/); every
-docs/*.md page is linked from the README's docs index; every relative Markdown link resolves to a file; every
-`python -m X` names an importable module; every dotted path under a project package (`harness.engine.decode`,
-`models.memory.estimate_decode_peak`) names a module, or a top-level name defined in one; every repository path
-to a source file or folder (`harness/engine/decode.py`, `conf/sampler/`) exists. Pure text and `ast`: nothing
-is imported, so the check runs in a fraction of a second.
+docs/*.md page is linked from the README's docs index; every relative Markdown link resolves to a file (and its
+#anchor to a heading); every `python -m X` names an importable module; every dotted path under a project package
+(`harness.engine.decode`, `models.memory.estimate_decode_peak`) names a module, or a name that module defines or
+exports; every cited test function and every repository path to a source or data file or folder
+(`harness/engine/decode.py`, `conf/sampler/`) exists. Pure text and `ast`: nothing is imported, so the check runs
+in about a second.
 """
 
 from __future__ import annotations
@@ -133,17 +134,35 @@ def test_every_docs_page_is_in_the_readme_index():
     assert DOCS and not missing, f"docs pages missing from the README's docs index: {missing}"
 
 
-def test_relative_links_resolve():
-    def check(target: str) -> str | None:
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
-            return None
-        return None if (page_dir / target.split("#")[0]).exists() else f"broken link {target}"
+@cache
+def _anchors(page: Path) -> frozenset[str]:
+    """The heading anchors GitHub gives a Markdown page (lower case, punctuation dropped, spaces to hyphens)."""
+    anchors, fenced = set(), False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and (heading := re.match(r"#+ (.*)", line)):
+            anchors.add(re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-"))
+    return frozenset(anchors)
 
+
+def link_problem(page: Path, target: str) -> str | None:
+    """Why a Markdown link on `page` leads nowhere (None when its file, and its #anchor on a .md page, exist)."""
+    if re.match(r"[a-z]+:", target):
+        return None
+    file, _, anchor = target.partition("#")
+    path = (page.parent / file) if file else page
+    if not path.exists():
+        return f"broken link {target}"
+    if anchor and path.suffix == ".md" and anchor not in _anchors(path):
+        return f"no heading for #{anchor} in {path.relative_to(REPO)}"
+    return None
+
+
+def test_relative_links_resolve():
     broken = []
     for page in PAGES:
-        page_dir = page.parent
         for where, line in _lines(page):
-            broken += [f"{where}: {p}" for t in LINK.findall(line) if (p := check(t))]
+            broken += [f"{where}: {p}" for target in LINK.findall(line) if (p := link_problem(page, target))]
     assert not broken, "\n".join(broken)
 
 
@@ -189,6 +208,9 @@ def test_the_path_and_module_checks_fail_on_missing_targets():
     assert repo_path_problem("harness/engine/decode.py") is None
     assert repo_path_problem("harness/decode.py") == "no such path harness/decode.py"
     assert repo_path_problem("conf/sampler/*.yaml") is None
+    assert link_problem(README, "docs/engine.md#python-api-notebooks") is None
+    assert link_problem(README, "docs/engine.md#no-such-heading") == "no heading for #no-such-heading in docs/engine.md"
+    assert link_problem(README, "docs/gone.md") == "broken link docs/gone.md"
     assert cited_test_problem("tests/test_engine.py::test_the_step_compiles_whole_on_cpu") is None
     assert cited_test_problem("tests/test_engine.py::test_gone") == "no test tests/test_engine.py::test_gone"
     assert python_m_problem("harness.run") is None
