@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 RAY_HINT = (
     "use hydra/launcher=ray instead: each point gets a GPU of its own and points beyond the free GPUs wait "
-    "(README: 'Scaling out')"
+    "(docs/scaling.md)"
 )
 
 
