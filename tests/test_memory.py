@@ -126,15 +126,6 @@ def _tiny_model(cfg, dtype=torch.float32, attn="sdpa"):
     return model
 
 
-def _storage_bytes(cache, full: bool) -> int:
-    return sum(
-        t.untyped_storage().nbytes()
-        for layer in cache.layers
-        if layer.is_sliding != full
-        for t in (layer.keys, layer.values)
-    )
-
-
 # ---------------------------------------------------------------------------------------------- parameters
 
 
