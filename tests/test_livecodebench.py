@@ -438,7 +438,7 @@ def test_empty_candidates_file_fails_naming_it(tmp_path, capsys):
         ({"question_id": "fx_pairs", "completion": None}, "'completion' must be a string, got null"),
         ({"question_id": "fx_pairs", "code": 12}, "'code' must be a string, got 12"),
         ({"question_id": "fx_pairs"}, "needs 'code' or 'completion'"),
-        (["fx_pairs"], "must be a JSON object"),
+        (["fx_pairs"], "expected a candidate (a JSON object), got a JSON list"),
     ],
 )
 def test_malformed_candidates_name_file_and_line(tmp_path, capsys, row, message):
@@ -448,7 +448,7 @@ def test_malformed_candidates_name_file_and_line(tmp_path, capsys, row, message)
     assert rc == 2 and f"{cands}:2: " in err and message in err
     cands.write_text('{"question_id": "fx_pairs", "code": \n')
     rc, err = _cli(capsys, "--candidates", str(cands))
-    assert rc == 2 and f"{cands}:1: not a JSON line" in err
+    assert rc == 2 and f"{cands}:1: not valid JSON" in err
 
 
 def test_bad_problem_rows_name_file_and_line(tmp_path):
