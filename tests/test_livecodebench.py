@@ -22,7 +22,8 @@ from evals.diagnostics import run_diagnostics
 from evals.livecodebench import grade as grade_cli
 from evals.livecodebench.compare import decode_typed, functional_matches, functional_verdict, stdout_matches
 from evals.livecodebench.data import decode_tests, load_problems, read_jsonl, release_files
-from evals.livecodebench.driver import official_stdin_source, typed
+from evals.livecodebench.driver_common import typed
+from evals.livecodebench.driver_official import official_stdin_source
 from evals.livecodebench.grader import Grader, GradingConfig
 from evals.livecodebench.passk import mean_pass_at_k, pass_at_k
 from evals.livecodebench.prompts import SYSTEM_MESSAGE, build_prompt, extract_code
