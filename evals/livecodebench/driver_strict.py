@@ -60,6 +60,37 @@ def run_child(code, mode, func_name, test_input, result_fd):
     os._exit(status)
 
 
+def wait_or_kill(pid, start, timeout):
+    """The child's raw wait status, or "timeout" once it has run past `timeout` (its process group is killed)."""
+    wait_s = 0.001
+    while True:
+        done, raw = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return raw
+        if time.monotonic() - start > timeout:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            os.waitpid(pid, 0)
+            return "timeout"
+        time.sleep(wait_s)
+        wait_s = min(wait_s * 2, 0.02)
+
+
+def read_outputs(record, out_path, err_path):
+    """Fill `record`'s out (only when the run was ok) and err tail from the child's files."""
+    try:
+        if record["status"] == "ok":
+            with open(out_path, "rb") as f:
+                record["out"] = f.read().decode("utf-8", errors="replace")
+        with open(err_path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - ERR_TAIL))
+            record["err"] = f.read().decode("utf-8", errors="replace")
+    except OSError as exc:  # the candidate may have removed its files
+        record.update(status="runtime_error" if record["status"] == "ok" else record["status"], err=f"driver: {exc}")
+
+
 def run_test(code, spec, i, test_input, own_pid_namespace):
     timeout = float(spec["timeout_s"])
     paths = {k: f"/tmp/.lcb_{k}_{os.getpid()}_{i}" for k in ("in", "out", "err", "res")}
@@ -89,36 +120,13 @@ def run_test(code, spec, i, test_input, own_pid_namespace):
         run_child(code, spec["mode"], spec.get("func_name"), test_input, 3)
     for fd in fds.values():
         os.close(fd)
-    status, wait_s = None, 0.001
-    while status is None:
-        done, raw = os.waitpid(pid, os.WNOHANG)
-        elapsed = time.monotonic() - start
-        if done:
-            status = raw
-        elif elapsed > timeout:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            os.waitpid(pid, 0)
-            status = "timeout"
-        else:
-            time.sleep(wait_s)
-            wait_s = min(wait_s * 2, 0.02)
+    status = wait_or_kill(pid, start, timeout)
     elapsed = time.monotonic() - start
     kill_strays(own_pid_namespace)
     verdict = "timeout" if status == "timeout" else exit_verdict(status)
     out_key = "out" if spec["mode"] == "stdin" else "res"
     record = {"i": i, "status": verdict, "t": round(elapsed, 4), "out": "", "err": ""}
-    try:
-        if verdict == "ok":
-            with open(paths[out_key], "rb") as f:
-                record["out"] = f.read().decode("utf-8", errors="replace")
-        with open(paths["err"], "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - ERR_TAIL))
-            record["err"] = f.read().decode("utf-8", errors="replace")
-    except OSError as exc:  # the candidate may have removed its files
-        record.update(status="runtime_error" if verdict == "ok" else verdict, err=f"driver: {exc}")
+    read_outputs(record, paths[out_key], paths["err"])
     for p in paths.values():
         try:
             os.unlink(p)
