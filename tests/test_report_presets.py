@@ -29,6 +29,7 @@ def test_every_report_figure_has_a_preset_and_a_twin():
         assert (REPO / f"conf/experiment/twin/{name}.yaml").is_file(), f"{name} has no CPU twin"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PRESETS)
 def test_twin_keeps_the_presets_protocol(name):
     gpu, cpu = _compose(f"experiment={name}"), _compose(f"experiment=twin/{name}")

@@ -70,6 +70,7 @@ def sudoku():
 
 
 # entropy_bound 3.0 accepts uncertain tokens, so some shown tokens are revised (the default bound revises none)
+@pytest.mark.slow
 @pytest.mark.parametrize("bound", [0.1, 3.0])
 def test_streaming_leaves_the_sudoku_decode_unchanged(sudoku, bound):
     """S = 1, 2, 4 at batch 1 and 8: every sample's tokens, NFE and steps equal the unstreamed batch-1 decode;
