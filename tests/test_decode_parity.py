@@ -69,6 +69,7 @@ def test_reference_mode_matches_generate_when_rows_end_inside_canvases(adapter_f
     assert sum(reason == "eos" for reason, _ in ends) >= 4 and len({n for _, n in ends}) > 1
 
 
+@pytest.mark.slow
 def test_reference_mode_matches_generate_with_knobs(adapter_factory, medium_diffusion_dir):
     """Other step counts, bounds and temperatures map onto generate()'s knobs one to one."""
     adapter = adapter_factory(medium_diffusion_dir)
