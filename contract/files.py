@@ -33,15 +33,20 @@ def text_lines(path: Path, where: str = "") -> Iterator[tuple[int, str]]:
                 ) from None
 
 
-def jsonl_objects(path: Path, where: str = "", expected: str = "a JSON object") -> Iterator[tuple[int, dict]]:
+def jsonl_objects(
+    path: Path, where: str = "", expected: str = "a JSON object", torn_tail_ok: bool = False
+) -> Iterator[tuple[int, dict]]:
     """(line number, object) of each non-blank line of a JSON Lines file: a line that is not JSON, or not an object
-    (`expected` says what it should be), fails naming `<where><path>:<line>`."""
+    (`expected` says what it should be), fails naming `<where><path>:<line>`. `torn_tail_ok`: a last line without
+    its newline that is not JSON is skipped (a crash mid-append to a file that only ever loses its last line)."""
     for n, text in text_lines(path, where):
         if not text.strip():
             continue
         try:
             row = json.loads(text)
         except json.JSONDecodeError as e:
+            if torn_tail_ok and not text.endswith("\n"):
+                return
             raise ValueError(f"{where}{path}:{n}: not valid JSON: {e.msg} (column {e.colno})") from None
         if not isinstance(row, dict):
             raise ValueError(

@@ -29,7 +29,6 @@ from typing import Any
 MAX_LOOP_N = 4  # longest n-gram a repeat loop is made of
 MIN_LOOP_REPEATS = 3  # how many times in a row it must occur
 FINISH_REASONS = ("eos", "stop", "length")
-DIAG_PREFIX = "diag_"
 # Run figures added by `run_diagnostics` (besides `length_ratio_vs_<label>`, `terse_rate_vs_<label>`,
 # `unclosed_thought_rate` and the stutter-origin means, which appear only where they apply).
 RUN_KEYS = (

@@ -442,21 +442,3 @@ def largest_batch_that_fits(
     if not fits:
         raise _too_big(estimate(1), free_bytes, headroom, 0, "batch_size=auto: no batch size fits in memory")
     return fits
-
-
-__all__ = [
-    "GIB",
-    "MemoryEstimate",
-    "load_config",
-    "text_config_of",
-    "dtype_bytes_of",
-    "count_parameters",
-    "kv_bytes_per_token",
-    "sliding_storage_tokens",
-    "kv_cache_bytes",
-    "forward_activation_bytes",
-    "estimate_decode_peak",
-    "free_memory_bytes",
-    "check_batch_fits",
-    "largest_batch_that_fits",
-]

@@ -66,6 +66,7 @@ def test_summary_files_round_trip(tmp_path):
     assert set(fronts["model"]) == {"tiny", "ar-base"}
 
 
+@pytest.mark.slow
 def test_cli(tmp_path):
     sweep = make_sweep(tmp_path)
     out = subprocess.run(

@@ -230,6 +230,7 @@ def reference_speculative(target, draft, prompt, n, k, eos):
     return seq[len(prompt) :], per_step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 3])
 def test_partial_agreement_matches_hand_count(ar_dir, near_draft_dir, ar, k):
     dec = assisted(ar_dir, near_draft_dir, num_draft_tokens=k)

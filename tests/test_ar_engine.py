@@ -131,6 +131,7 @@ def test_rollback_moves_no_kv(target, tokenizer, sudoku_requests):
 # --- AR --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ar_equals_generate_at_every_batch_size(target, tokenizer, sudoku_requests):
     reqs = sudoku_requests[:12]
     ref = {r.sample_id: greedy_reference(target, r) for r in reqs}
@@ -141,6 +142,7 @@ def test_ar_equals_generate_at_every_batch_size(target, tokenizer, sudoku_reques
         assert all(v.nfe == len(v.token_ids) for v in out.values())  # one target forward per token (TPF 1)
 
 
+@pytest.mark.slow
 def test_sampled_ar_does_not_depend_on_the_batch(target, tokenizer, sudoku_requests):
     reqs = sudoku_requests[:10]
     eng = AREngine(CausalLM(target), tokenizer, [1], TokenSampling(True, 1.3, 20, 0.95))

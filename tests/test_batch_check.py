@@ -41,6 +41,7 @@ def test_bad_batch_check_config_names_the_key(node, key):
         BatchCheckConfig.from_config(node, ev=None)
 
 
+@pytest.mark.slow
 def test_on_in_every_report_preset_and_its_twin_off_by_default():
     assert compose_app().batch_check.samples == 0
     for name in PRESETS:

@@ -105,6 +105,7 @@ def test_gpu_check_tiny_compiled_phase(tmp_path):
     assert 0 < step["compiled_host_ops"] < step["eager_host_ops"] and step["max_logits_diff"] < 1e-4
 
 
+@pytest.mark.slow
 def test_gpu_check_tiny_runs_the_full_script_on_cpu(tmp_path):
     cfg = gpu_check.CheckConfig.tiny_cpu()
     cfg.phases = [p for p in gpu_check.PHASES if p != "compiled"]  # compiling: the slow test below
@@ -154,6 +155,7 @@ def test_gpu_check_tiny_runs_the_full_script_on_cpu(tmp_path):
             assert row["argmax_agree_fused"] == 1.0
 
 
+@pytest.mark.slow
 def test_gpu_check_drops_batches_that_do_not_fit(tmp_path):
     """A memory budget between the engine's estimate at batch 2 and generate()'s: batch 8 is dropped, generate()
     runs at batch 1 only, the agreement check shrinks to 2 requests, and the notes say so."""
@@ -206,6 +208,7 @@ def test_gpu_check_keeps_the_engine_figures_when_generate_runs_out_of_memory(tmp
     assert row["nfe_ok"] and row["calls_match"] and row["engine_s"] > 0 and row["bare_s"] > 0
 
 
+@pytest.mark.slow
 @needs_fused
 def test_gpu_check_tiny_with_the_fused_kernel_in_the_engine(tmp_path):
     """The GPU-only branches (fused engine, model-dtype self-conditioning buffers in the bare loop) on the CPU,
@@ -243,6 +246,7 @@ def test_decode_loop_bench_matches_generate_in_reference_mode(tmp_path, medium_d
     assert (tmp_path / "decode_loop.json").exists()
 
 
+@pytest.mark.slow
 def test_eval_throughput_bench_tiny(tmp_path, medium_diffusion_dir):
     payload = eval_throughput.run(
         [1, 2], samples=2, threads=None, out_dir=str(tmp_path), model_path=str(medium_diffusion_dir), quiet=True

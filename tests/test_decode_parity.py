@@ -69,6 +69,7 @@ def test_reference_mode_matches_generate_when_rows_end_inside_canvases(adapter_f
     assert sum(reason == "eos" for reason, _ in ends) >= 4 and len({n for _, n in ends}) > 1
 
 
+@pytest.mark.slow
 def test_reference_mode_matches_generate_with_knobs(adapter_factory, medium_diffusion_dir):
     """Other step counts, bounds and temperatures map onto generate()'s knobs one to one."""
     adapter = adapter_factory(medium_diffusion_dir)
@@ -90,6 +91,7 @@ def test_reference_mode_matches_generate_with_knobs(adapter_factory, medium_diff
     assert [r.tpf for r in ours] == pytest.approx([h[1] for h in hf])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draw", ["exact", "fast"])
 def test_per_sample_mode_is_batch_invariant(adapter_factory, medium_diffusion_dir, draw):
     """Batch 1 vs batch 4 with prompts of different lengths (left padding): identical per-sample outputs."""

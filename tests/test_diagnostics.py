@@ -227,6 +227,7 @@ def test_diagnostics_figure_series_per_family(tmp_path):
 # ---- wiring: both row builders and both metric paths ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lm_eval_rows_and_metrics_carry_diagnostics(tiny_diffusion_dir, adapter_factory, tmp_path):
     import json
 

@@ -36,6 +36,7 @@ def _planted(seed: int, p_ref: float, delta: float, n: int = N) -> tuple[np.ndar
     return run, ref
 
 
+@pytest.mark.slow
 def test_planted_real_difference_dominates_and_null_does_not(tmp_path):
     ref_correct = [1.0] * 140 + [0.0] * 60
     real = [1.0] * 140 + [1.0] * 20 + [0.0] * 40  # +20 items, none lost: McNemar p = 0.5**20

@@ -71,6 +71,7 @@ def test_outputs_identical_alone_batched_refilled_and_resumed(request, adapter_f
     assert {**first, **rest} == alone
 
 
+@pytest.mark.slow
 def test_results_stream_out_as_they_finish_and_every_row_works(adapter_factory, medium_diffusion_dir):
     """A freed slot row is refilled on the next step, and once the queue is empty the last rows are packed down
     into the freed ones (one row's K/V copied each), so no step computes a free row."""

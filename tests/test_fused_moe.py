@@ -114,6 +114,7 @@ def test_the_fused_experts_are_deterministic_and_per_token():
     torch.testing.assert_close(_run(ex, cfg, "triton", x[part], idx[part], w[part]), full[part], atol=4e-6, rtol=0)
 
 
+@pytest.mark.slow
 def test_the_fused_experts_compile_into_one_graph():
     """Under torch.compile(fullgraph=True) the two kernels are opaque custom ops: no graph break, same result."""
     ex, cfg = _experts(6, 2)
@@ -136,6 +137,7 @@ def test_unsupported_experts_are_refused():
         _run(ex, cfg, "triton", x, idx, w)
 
 
+@pytest.mark.slow
 def test_model_experts_is_checked_before_anything_loads(tmp_path):
     """A bad `model.experts`, or `triton` where it cannot run (a CPU without the interpreter), fails with the
     option's name before the checkpoint is even resolved (the path does not exist)."""
@@ -157,6 +159,7 @@ def test_model_experts_is_checked_before_anything_loads(tmp_path):
     assert "refused: model.experts=triton needs Triton and a CUDA device" in out.stdout, out.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_the_whole_step_with_fused_experts_is_one_graph(adapter_factory, medium_diffusion_dir):
     """`model.experts=triton` under `model.compile=step`: decoder layers with the custom ops, self-conditioning,
     LM head and sampler trace as one graph with no break."""
@@ -209,6 +212,7 @@ def test_the_engine_with_fused_experts_decodes_as_with_grouped_mm(adapter_factor
     assert results["triton"] == results["grouped_mm"]
 
 
+@pytest.mark.slow
 def test_without_triton_models_load_and_the_option_is_refused():
     """Every model load imports models.fused_moe: with no importable triton it still imports, and only
     `model.experts=triton` is refused, by name."""

@@ -147,6 +147,7 @@ def test_thinking_replies_agree_with_lm_eval_think_removal(reply):
     assert extract_answers(reply, DOC) == _lm_eval_raw(as_lm_eval)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reply", PLAIN)
 def test_plain_replies_agree_with_lm_eval_filters(reply):
     assert extract_answers(reply, DOC) == _lm_eval_raw(reply)

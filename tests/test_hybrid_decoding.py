@@ -33,6 +33,7 @@ def _tokens(results):
     return {r.sample_id: r.token_ids for r in results}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verify", ["always", "steps", "step_cap"])
 def test_greedy_verification_is_the_ar_modes_output_at_batch_1_and_16(medium_diffusion_dir, adapter_factory, verify):
     ar = DiffusionGemmaARDecoder(path=str(medium_diffusion_dir), dtype="float32", eos_token_ids=[1])
@@ -65,6 +66,7 @@ def test_a_rule_that_never_fires_is_pure_diffusion(medium_diffusion_dir, adapter
     assert all("accepted_per_verify" not in r.extra for r in never)
 
 
+@pytest.mark.slow
 def test_sampled_verification_is_batch_invariant_and_counts_its_forwards(medium_diffusion_dir, adapter_factory):
     a = adapter_factory(medium_diffusion_dir)
     reqs = _requests(a.encode, PROMPTS, [17, 9, 24, 12, 30])
@@ -142,6 +144,7 @@ def test_sudoku_hybrid_summary_sets_every_way_beside_the_pure_modes(tmp_path):
     assert list((tmp_path / "summary").glob("pareto_*.png"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verify,route_steps", [("always", 8), ("steps", 4), ("steps", 5)])  # 4, 5: mixed canvases
 def test_the_context_holds_exactly_the_emitted_tokens(medium_diffusion_dir, adapter_factory, verify, route_steps):
     """Whatever mix of verified and drafted canvases a row goes through, what its cache holds after the prompt is

@@ -92,6 +92,7 @@ def test_fronts_never_mix_item_sets(tmp_path):
     assert len(fronts) == 2 and table["on_front"].all()  # each run is alone on its own item set's front
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides,message",
     [

@@ -10,6 +10,7 @@ import logging
 import pytest
 
 import evals.sudoku.io as sudoku_io
+from contract.files import jsonl_objects
 from contract.records import GenerationResult
 from evals.prompts import PromptsEval
 from evals.sudoku.eval import SudokuEval
@@ -203,3 +204,17 @@ def test_prompt_files_read_chat_raw_bom_and_reject_non_utf8(tmp_path):
     f.write_bytes(b'{"id": "r", "prompt": "hello"}\n{"prompt": "caf\xe9"}\n')
     with pytest.raises(ValueError, match=r"p\.jsonl:2: not UTF-8"):
         PromptsEval(str(f))
+
+
+# ---- the one JSON Lines reader ---------------------------------------------------------------------------
+
+
+def test_jsonl_objects_skips_a_torn_last_line_only_when_asked(tmp_path):
+    path = tmp_path / "appended.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n{"a": 2}\n{"a": ')  # a crash mid-append tore the last line
+    assert list(jsonl_objects(path, torn_tail_ok=True)) == [(1, {"a": 1}), (3, {"a": 2})]
+    with pytest.raises(ValueError, match=f"{path}:4: not valid JSON"):
+        list(jsonl_objects(path))
+    path.write_bytes(b'{"a": \n{"a": 2}\n')  # a bad line with its newline is not a torn tail: it still fails
+    with pytest.raises(ValueError, match=f"{path}:1: not valid JSON"):
+        list(jsonl_objects(path, torn_tail_ok=True))

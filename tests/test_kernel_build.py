@@ -15,6 +15,7 @@ from tests.helpers.app import REPO
 pytest.importorskip("triton")
 
 
+@pytest.mark.slow
 def test_released_launches_compile_for_sm90_without_spills(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the tests' interpreter never compiles
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")  # compiled in this run, not read from an earlier one

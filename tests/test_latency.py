@@ -112,6 +112,7 @@ def test_diffusion_ttft_is_the_first_committed_canvas():
     check_percentiles(results, lower, upper)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["tiny_ar", "tiny_ar_draft"])
 def test_ar_ttft_is_the_first_accepted_token(model):
     """Batch 1: plain AR takes the first token from the prompt's prefill forward (as `generate()`), so it is

@@ -266,6 +266,7 @@ def test_local_launchers_refuse_to_stack_gpu_jobs_on_one_gpu():
     assert uses_cuda("cuda") and uses_cuda("cuda:1") and uses_cuda("cpu", "auto") and not uses_cuda("cpu")
 
 
+@pytest.mark.slow
 def test_launcher_yamls_compose_into_the_guarded_launchers_and_ray():
     from tests.helpers.app import compose_app
 

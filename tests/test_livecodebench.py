@@ -22,7 +22,8 @@ from evals.diagnostics import run_diagnostics
 from evals.livecodebench import grade as grade_cli
 from evals.livecodebench.compare import decode_typed, functional_matches, functional_verdict, stdout_matches
 from evals.livecodebench.data import decode_tests, load_problems, read_jsonl, release_files
-from evals.livecodebench.driver import official_stdin_source, typed
+from evals.livecodebench.driver_common import typed
+from evals.livecodebench.driver_official import official_stdin_source
 from evals.livecodebench.grader import Grader, GradingConfig
 from evals.livecodebench.passk import mean_pass_at_k, pass_at_k
 from evals.livecodebench.prompts import SYSTEM_MESSAGE, build_prompt, extract_code
@@ -438,7 +439,7 @@ def test_empty_candidates_file_fails_naming_it(tmp_path, capsys):
         ({"question_id": "fx_pairs", "completion": None}, "'completion' must be a string, got null"),
         ({"question_id": "fx_pairs", "code": 12}, "'code' must be a string, got 12"),
         ({"question_id": "fx_pairs"}, "needs 'code' or 'completion'"),
-        (["fx_pairs"], "must be a JSON object"),
+        (["fx_pairs"], "expected a candidate (a JSON object), got a JSON list"),
     ],
 )
 def test_malformed_candidates_name_file_and_line(tmp_path, capsys, row, message):
@@ -448,7 +449,7 @@ def test_malformed_candidates_name_file_and_line(tmp_path, capsys, row, message)
     assert rc == 2 and f"{cands}:2: " in err and message in err
     cands.write_text('{"question_id": "fx_pairs", "code": \n')
     rc, err = _cli(capsys, "--candidates", str(cands))
-    assert rc == 2 and f"{cands}:1: not a JSON line" in err
+    assert rc == 2 and f"{cands}:1: not valid JSON" in err
 
 
 def test_bad_problem_rows_name_file_and_line(tmp_path):

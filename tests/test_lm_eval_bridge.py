@@ -32,6 +32,7 @@ def test_config_errors_before_model():
         LmEvalEval(tasks=["x"], include_defaults=False)
 
 
+@pytest.mark.slow
 def test_generic_task_rows_and_metrics(tiny_diffusion_dir, adapter_factory, task_dir, tmp_path):
     from harness.engine.decode import BlockDiffusionDecoder
     from samplers.config import EntropyBoundConfig

@@ -94,6 +94,7 @@ def reference_denoise(a: DiffusionGemmaAdapter, state, canvas, masks, sc, sc_row
     return torch.stack([torch.matmul(hidden[i], head.t()).float() for i in range(canvas.shape[0])])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("b", [1, 8])
 @pytest.mark.parametrize("kind", ["same", "fused", "sep"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
@@ -131,6 +132,7 @@ def test_a_small_budget_splits_into_ceil_blocks(f32, monkeypatch, b):
     assert expected["none"] == {"embedding": math.ceil(n / (m - m // 4)), "lm_head": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", ["default", "small"])
 @pytest.mark.parametrize("kind", ["same", "fused", "sep", "none", "f64"])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
@@ -161,6 +163,7 @@ def test_logits_equal_the_per_row_loop(request, monkeypatch, dtype, kind, budget
         torch.testing.assert_close(x[i].float(), plain[i].float(), rtol=0, atol=1e-5 * ref.abs().max().item())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("vocab", [512, 262_144])
 def test_a_rows_blocks_depend_on_its_batch_no_more_than_rounding(dtype, vocab):
@@ -188,6 +191,7 @@ def test_a_rows_blocks_depend_on_its_batch_no_more_than_rounding(dtype, vocab):
         assert (batched.double() - alone.double()).abs().max() <= rounding
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("dtype", "kind"),
     [(torch.float32, "same"), (torch.bfloat16, "same"), (torch.bfloat16, "fused")],

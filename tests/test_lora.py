@@ -81,6 +81,7 @@ def test_one_adapter_per_shared_weight_covers_linears_and_experts(lora_base_dir)
     assert all(p.shape[0] == 8 for n, p in lora_parameters(model).items() if "lora_A" in n and "experts" not in n)
 
 
+@pytest.mark.slow
 def test_only_lora_parameters_change_under_the_official_objective(lora_base_dir, sudoku4_csv):
     """(a) A few optimizer steps over every trainable parameter, with the full recipe's loss (self-conditioning
     and the encoder's next-token term included): every base weight stays bit-identical, the adapters move."""
@@ -113,6 +114,7 @@ def test_only_lora_parameters_change_under_the_official_objective(lora_base_dir,
     assert len(moved) == len(before)  # every adapter tensor (A and B) moved
 
 
+@pytest.mark.slow
 def test_merged_equals_unmerged_and_peft_default_double_wrap_does_not(lora_base_dir, tmp_path):
     """(b) Saved, reloaded unmerged and merged: logits agree to <= 1e-5; peft's default wrapping gives the shared
     weights two adapters and its merge corrupts the model."""
@@ -292,6 +294,7 @@ def test_harness_train_and_run_with_an_adapter(lora_base_dir, sudoku4_csv, tmp_p
     assert bad.returncode != 0 and "model.adapter" in bad.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["sudoku9_lora", "sudoku9_lora_ar", "sudoku4_lora_cpu"])
 def test_lora_recipes_compose_to_the_official_recipe(recipe):
     """The 26B recipes and their CPU twin share one schema and the official optimizer / objective settings; the
@@ -328,6 +331,7 @@ def test_lora_recipes_compose_to_the_official_recipe(recipe):
         assert cfg.data.format == "report" and cfg.size == 9 and cfg.data.stop_token_id == 106
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_gives_the_same_adapter_gradients(lora_base_dir, sudoku4_csv):
     """The 26B recipe checkpoints the decoder layers: same loss and adapter gradients as without."""
     from transformers import AutoTokenizer
@@ -353,6 +357,7 @@ def test_gradient_checkpointing_gives_the_same_adapter_gradients(lora_base_dir, 
     assert all(torch.allclose(ga[n], gb[n], atol=1e-6) for n in ga) and any(g.abs().sum() > 0 for g in ga.values())
 
 
+@pytest.mark.slow
 def test_a_run_without_an_adapter_never_imports_peft(tmp_path):
     """The GPU machine has a peft of its own, built for another transformers: the GPU check (and any run with no
     `model.adapter`) must not import it. With peft made unimportable, `bench.gpu.gpu_check --tiny` builds the

@@ -126,15 +126,6 @@ def _tiny_model(cfg, dtype=torch.float32, attn="sdpa"):
     return model
 
 
-def _storage_bytes(cache, full: bool) -> int:
-    return sum(
-        t.untyped_storage().nbytes()
-        for layer in cache.layers
-        if layer.is_sliding != full
-        for t in (layer.keys, layer.values)
-    )
-
-
 # ---------------------------------------------------------------------------------------------- parameters
 
 
@@ -152,6 +143,7 @@ def test_count_parameters_equals_the_real_model_with_tied_weights_once():
     assert count_parameters(ar) == sum(p.numel() for p in Gemma4ForCausalLM(ar).parameters())
 
 
+@pytest.mark.slow
 def test_load_config_reads_a_local_folder_offline(tmp_path):
     cfg = small_config()
     cfg.save_pretrained(tmp_path)  # config.json only: no weights
@@ -173,6 +165,7 @@ def test_kv_bytes_per_token_by_hand():
     assert kv_bytes_per_token(big_tc, 2) == (5 * 2 * 2 * 512 * 2, 25 * 2 * 8 * 256 * 2, 1024)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compile", [False, "step"])
 @pytest.mark.parametrize("prompt", [40, 10])
 def test_kv_estimate_matches_the_measured_cache(prompt, compile):
@@ -201,6 +194,7 @@ def test_kv_estimate_matches_the_measured_cache(prompt, compile):
 # ---------------------------------------------------------------------------------------------- activations
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_activation_allowance_bounds_measured_forwards(attn, dtype):
@@ -231,6 +225,7 @@ def test_activation_allowance_bounds_measured_forwards(attn, dtype):
         assert mode.peak <= est <= 2.5 * mode.peak, (phase, mode.peak, est)
 
 
+@pytest.mark.slow
 def test_estimate_bounds_the_real_engine():
     """The whole decode engine (harness.engine.decode, continuous batching, self-conditioning, fast draw) on a real
     small
@@ -295,6 +290,7 @@ def test_a_compiled_step_is_planned_at_its_bucket_of_rows(big):
     assert eager.total < five.total and "computes" not in eager.describe()
 
 
+@pytest.mark.slow
 def test_26b_shape_is_plausible_and_batch_32_does_not_fit_80gb(big):
     cfg, params = big
     assert abs(params - 25.2e9) / 25.2e9 < 0.15
@@ -318,6 +314,7 @@ def test_error_when_not_even_batch_1_fits_names_the_weights(big):
         largest_batch_that_fits(cfg, 4096, 256, 2, 40 * GIB, max_batch=64, parameters=params)
 
 
+@pytest.mark.slow
 def test_largest_batch_is_monotone_and_tight(big):
     cfg, params = big
     kw = dict(prompt_tokens=1024, parameters=params)

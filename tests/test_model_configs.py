@@ -33,6 +33,7 @@ def _parameters(cls) -> set[str]:
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "model").glob("*.yaml")))
 def test_model_config_keys_are_constructor_parameters(name):
     """The composed `model` group (its defaults list applied), as `harness.run` instantiates it."""

@@ -339,6 +339,7 @@ def _two_runs_one_broken(root):
     return sweep, (bad / "metrics.json").resolve()
 
 
+@pytest.mark.slow
 def test_pareto_cli_lists_a_broken_run_and_plots_the_others(tmp_path, capsys):
     """Issue 16 item 10: `python -m harness.pareto` crashed on one truncated metrics.json."""
     from harness.figures.pareto import main
@@ -350,6 +351,7 @@ def test_pareto_cli_lists_a_broken_run_and_plots_the_others(tmp_path, capsys):
     assert (tmp_path / "plots" / "pareto_prompts_tpf.png").exists()
 
 
+@pytest.mark.slow
 def test_sweep_end_summary_survives_broken_runs(tmp_path, capsys):
     """The sweep-end callback lists broken runs and summarizes the rest; with none readable it logs nothing."""
     from omegaconf import OmegaConf

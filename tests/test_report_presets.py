@@ -29,6 +29,7 @@ def test_every_report_figure_has_a_preset_and_a_twin():
         assert (REPO / f"conf/experiment/twin/{name}.yaml").is_file(), f"{name} has no CPU twin"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PRESETS)
 def test_twin_keeps_the_presets_protocol(name):
     gpu, cpu = _compose(f"experiment={name}"), _compose(f"experiment=twin/{name}")
@@ -114,6 +115,7 @@ def test_twin_runs_end_to_end_and_the_summary_shows_the_report(name, tmp_path):
     assert metrics and all(m["run"]["eval_id"] for m in metrics)
 
 
+@pytest.mark.slow
 def test_report_expectations_are_checked_before_loading(tmp_path):
     proc = run_app(
         "experiment=twin/report_speed", "report.expected.ar.tpf=fast", f"hydra.sweep.dir={tmp_path}", check=False
@@ -122,6 +124,7 @@ def test_report_expectations_are_checked_before_loading(tmp_path):
     assert not list(Path(tmp_path).glob("*/samples.jsonl"))
 
 
+@pytest.mark.slow
 def test_thinking_switch_needs_a_template_that_reads_it(tmp_path):
     """The tiny tokenizer's template reads `enable_thinking` (as Gemma 4's does); one that does not is refused."""
     from transformers import AutoTokenizer

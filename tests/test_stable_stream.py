@@ -70,6 +70,7 @@ def sudoku():
 
 
 # entropy_bound 3.0 accepts uncertain tokens, so some shown tokens are revised (the default bound revises none)
+@pytest.mark.slow
 @pytest.mark.parametrize("bound", [0.1, 3.0])
 def test_streaming_leaves_the_sudoku_decode_unchanged(sudoku, bound):
     """S = 1, 2, 4 at batch 1 and 8: every sample's tokens, NFE and steps equal the unstreamed batch-1 decode;
@@ -95,6 +96,7 @@ def test_streaming_leaves_the_sudoku_decode_unchanged(sudoku, bound):
     assert (sum(revised[1].values()) > 0) == (bound == 3.0)
 
 
+@pytest.mark.slow
 def test_streaming_shows_committed_canvases_and_the_open_one(medium_diffusion_dir, adapter_factory):
     """Canvas 8, up to three canvases per sample, stopping after varying steps: decode unchanged, and before the last
     canvas ends the visible output already holds the committed canvases plus a stable prefix of the open one."""
@@ -214,6 +216,7 @@ def test_bad_values_are_refused_naming_the_key(value):
         instantiate(cfg.sampler)
 
 
+@pytest.mark.slow
 def test_a_bad_value_fails_before_the_model_is_even_looked_for(tmp_path):
     proc = run_app(
         "model=sudoku6_diffusion",
@@ -258,6 +261,7 @@ def test_api_streams_visible_text(sudoku):
     assert [decoded(r) for r in results] == [decoded(r) for r in api.generate(dec, puzzles, max_new_tokens=36)]
 
 
+@pytest.mark.slow
 def test_run_records_streaming_figures(tmp_path):
     """Through `python -m harness.run`: per-sample ttfv_s / revised_tokens in samples.jsonl, and the run's
     percentiles and revision rate in metrics.json, beside TTFT."""

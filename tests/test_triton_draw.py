@@ -110,6 +110,7 @@ def test_matches_float64_reference(v, softcap):
     check_against_reference(raw, temperature, u, softcap)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk,v", [(16, 2053), (64, 4099), (8192, 4099)])  # 129 chunks (NC 256), 65, one
 def test_chunk_sizes(chunk, v):
     n = 16

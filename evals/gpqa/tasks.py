@@ -16,6 +16,8 @@ from pathlib import Path
 
 import lm_eval
 
+from contract.files import jsonl_objects
+
 GPQA_DIR = Path(lm_eval.__file__).parent / "tasks" / "gpqa"
 REQUIRED_FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 TASK_NAME = re.compile(r"^gpqa_(diamond|main|extended)_(cot_zeroshot|cot_n_shot|zeroshot|n_shot|generative_n_shot)$")
@@ -48,7 +50,7 @@ def check_data_file(path: str | Path) -> Path:
     if p.suffix not in (".json", ".jsonl"):
         raise ValueError(f"eval.data_files: {p} must be .json or .jsonl (GPQA rows as JSON)")
     rows = (
-        [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        [row for _, row in jsonl_objects(p, where="eval.data_files: ")]
         if p.suffix == ".jsonl"
         else json.loads(p.read_text(encoding="utf-8"))
     )

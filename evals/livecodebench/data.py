@@ -22,6 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from contract.files import jsonl_objects
+
 HUB_REPO = "livecodebench/code_generation_lite"
 NUM_RELEASES = 6
 
@@ -149,19 +151,13 @@ def _parse_date(value: str | datetime) -> datetime:
 
 def read_jsonl(path: str | Path) -> list[Problem]:
     problems = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                if not isinstance(row, dict):
-                    raise ValueError(f"expected a JSON object, got {type(row).__name__}")
-                problem = parse_problem(row)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{n}: bad LiveCodeBench row: {exc}") from exc
-            problem.source = f"{path}:{n}"
-            problems.append(problem)
+    for n, row in jsonl_objects(Path(path), expected="a LiveCodeBench row (a JSON object)"):
+        try:
+            problem = parse_problem(row)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{n}: bad LiveCodeBench row: {exc}") from exc
+        problem.source = f"{path}:{n}"
+        problems.append(problem)
     return problems
 
 

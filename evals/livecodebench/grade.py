@@ -19,6 +19,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from contract.files import jsonl_objects
 from evals.livecodebench.data import Problem, check_unique, load_problems, read_jsonl
 from evals.livecodebench.grader import GRADING_MODES, Grader, GradingConfig
 from evals.livecodebench.passk import mean_pass_at_k
@@ -43,28 +44,19 @@ def read_problems(path: str, release: str | None) -> dict[str, Problem]:
 def read_candidates(path: str, problems: dict[str, Problem]) -> list[tuple[str, str]]:
     """(question_id, code) pairs in file order."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise ValueError(f"{path}:{n}: not a JSON line: {exc}") from exc
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{n}: a candidate must be a JSON object, got {type(row).__name__}")
-            qid = str(row.get("question_id", ""))
-            if qid not in problems:
-                raise ValueError(f"{path}:{n}: unknown question_id {qid!r}")
-            key = "code" if "code" in row else "completion" if "completion" in row else None
-            if key is None:
-                raise ValueError(f"{path}:{n}: a candidate needs 'code' or 'completion'")
-            if not isinstance(row[key], str):
-                raise ValueError(
-                    f"{path}:{n}: {key!r} must be a string, got {json.dumps(row[key])} "
-                    f'(write "" for a sample with no program: it is graded as a failure)'
-                )
-            out.append((qid, row[key] if key == "code" else extract_code(row[key])))
+    for n, row in jsonl_objects(Path(path), expected="a candidate (a JSON object)"):
+        qid = str(row.get("question_id", ""))
+        if qid not in problems:
+            raise ValueError(f"{path}:{n}: unknown question_id {qid!r}")
+        key = "code" if "code" in row else "completion" if "completion" in row else None
+        if key is None:
+            raise ValueError(f"{path}:{n}: a candidate needs 'code' or 'completion'")
+        if not isinstance(row[key], str):
+            raise ValueError(
+                f"{path}:{n}: {key!r} must be a string, got {json.dumps(row[key])} "
+                f'(write "" for a sample with no program: it is graded as a failure)'
+            )
+        out.append((qid, row[key] if key == "code" else extract_code(row[key])))
     if not out:
         raise ValueError(f"{path}: no candidates to grade (the file is empty)")
     return out

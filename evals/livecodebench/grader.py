@@ -27,7 +27,11 @@ from evals.sandbox.interpreter import describe
 
 GRADING_MODES = ("official", "strict")
 
-DRIVER = resources.files("evals.livecodebench").joinpath("driver.py").read_text(encoding="utf-8")
+# The in-sandbox driver: `driver.py` (the entry) and its stdlib-only sibling modules, staged side by side.
+DRIVER_FILES = {
+    name: resources.files("evals.livecodebench").joinpath(name).read_text(encoding="utf-8")
+    for name in ("driver.py", "driver_common.py", "driver_official.py", "driver_strict.py")
+}
 MB = 1 << 20
 
 
@@ -143,7 +147,7 @@ class Grader:
 
         args = ["--own-pid-namespace"] if sandbox.isolation in ("bwrap", "unshare") else []
         res = sandbox.run(
-            {"driver.py": DRIVER, "solution.py": code, "tests.json": json.dumps(spec)},
+            {**DRIVER_FILES, "solution.py": code, "tests.json": json.dumps(spec)},
             "driver.py",
             args=args,
             stop_when=judge,

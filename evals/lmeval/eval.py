@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from contract.files import atomic_write
+from contract.files import atomic_write, jsonl_objects
 from contract.records import decode_metrics, items_sha
 from evals.base import Eval, EvalItem
 from evals.diagnostics import run_diagnostics
@@ -153,7 +153,7 @@ class LmEvalEval(Eval):
 
     def scored_rows(self, store) -> list[dict[str, Any]]:
         path = Path(store.run_dir) / SAMPLES_SCORED
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [row for _, row in jsonl_objects(path)]
 
     def doc_fields(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Facts of lm-eval's processed doc worth keeping per row (none by default; GPQA keeps its choice order)."""

@@ -24,7 +24,6 @@ from evals.sudoku.puzzles import Puzzle
 
 PUZZLE_KEYS = ("quizzes", "quiz", "puzzle", "puzzles")
 SOLUTION_KEYS = ("solutions", "solution")
-SUFFIXES = (".csv", ".jsonl", ".json")
 
 
 def _first(row: dict, keys: tuple[str, ...]) -> str | None:

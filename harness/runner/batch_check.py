@@ -14,12 +14,12 @@ so a resumed or repeated run decodes each checked item at batch 1 once.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from contract.decoding import SelfDrivingEval
+from contract.files import jsonl_objects
 from contract.records import item_sha
 from harness.runner.evaluate import requests_for
 from harness.runner.store import BATCH_CHECK, append_line
@@ -55,17 +55,13 @@ def token_agreement(a: list[int], b: list[int]) -> tuple[int, int]:
 
 
 def _stored(run_dir, shas: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Earlier batch-1 rows of this run dir whose item is unchanged (unreadable lines are skipped)."""
+    """Earlier batch-1 rows of this run dir whose item is unchanged (a line torn by a crash mid-append is skipped)."""
     path = run_dir / BATCH_CHECK
     rows: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and shas.get(row.get("sample_id")) == row.get("item_sha"):
+    for _, row in jsonl_objects(path, torn_tail_ok=True):
+        if shas.get(row.get("sample_id")) == row.get("item_sha"):
             rows.setdefault(row["sample_id"], row)
     return rows
 
