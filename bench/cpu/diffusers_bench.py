@@ -98,25 +98,29 @@ def side_by_side(ev, decoders: dict, n: int, batch_size: int, seed: int = 0) -> 
     return out
 
 
-def _decode(decoder, reqs: list, batch_size: int, tokens: dict, name: str) -> None:
-    tokens[name] = sum(r.num_tokens for r in decoder.stream(reqs, batch_size=batch_size))
+def _decode(decoder, reqs: list, batch_size: int, counts: dict, name: str) -> None:
+    res = list(decoder.stream(reqs, batch_size=batch_size))
+    counts[name] = (sum(r.num_tokens for r in res), sum(r.nfe for r in res), sum(r.row_forwards for r in res))
 
 
 def speed(ev, decoders: dict, batches: list[int], repeats: int) -> list[dict[str, Any]]:
-    """Per batch size b: b puzzles as one batch, the decoders interleaved; median tokens/s and engine / pipeline."""
+    """Per batch size b: b puzzles as one batch, the decoders interleaved; median tokens/s, engine / pipeline, and the
+    share of computed batch rows that were still denoising (the pipeline computes every row until the batch stops)."""
     from harness.runner.evaluate import requests_for
 
     rows = []
     for b in batches:
         items = ev.items()[:b]
         reqs = {name: requests_for(ev, d, items, 0) for name, d in decoders.items()}
-        tokens: dict[str, int] = {}
-        calls = {name: partial(_decode, decoders[name], reqs[name], b, tokens, name) for name in decoders}
+        counts: dict[str, tuple[int, int, int]] = {}
+        calls = {name: partial(_decode, decoders[name], reqs[name], b, counts, name) for name in decoders}
         times = interleaved(calls, repeats=repeats, warmup=1)
         row: dict[str, Any] = {"batch": b}
         for name in decoders:
+            tokens, nfe, row_forwards = counts[name]
             row[f"{name}_s"] = median(times[name])
-            row[f"{name}_tok_s"] = tokens[name] / median(times[name])
+            row[f"{name}_tok_s"] = tokens / median(times[name])
+            row[f"{name}_row_utilization"] = nfe / row_forwards  # batch rows computed that were still denoising
         row["engine_over_diffusers"] = row["engine_tok_s"] / row["diffusers_tok_s"]
         rows.append(row)
     return rows
@@ -136,6 +140,7 @@ def run(quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
     srows = speed(ev, decoders, batches, repeats=2 if quick else 5)
     print("\nspeed (median of interleaved rounds, one process)")
     cols = ["batch", "engine_tok_s", "diffusers_tok_s", "engine_over_diffusers", "engine_s", "diffusers_s"]
+    cols += ["engine_row_utilization", "diffusers_row_utilization"]
     print(table(srows, cols))
     from importlib.metadata import version
 
