@@ -25,6 +25,7 @@ from harness.launch.ray_launch import RayTask
 from harness.launch.shards import check_shards, run_sharded
 from harness.runner.batch_check import BatchCheckConfig, run_batch_check
 from harness.runner.configs import (
+    check_decoder,
     check_eval_hub_access,
     check_model_path,
     check_thinking_switch,
@@ -32,7 +33,7 @@ from harness.runner.configs import (
     register_configs,
 )
 from harness.runner.evaluate import checked_items, run_items
-from harness.runner.identity import loaded_commit, model_identity
+from harness.runner.identity import decoder_identity, loaded_commit, model_identity
 from harness.runner.store import ResultStore, scan_run
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     started = time.time()
     check_top_level(cfg)
     sampler = instantiate(cfg.sampler)
+    check_decoder(cfg, sampler)  # decoder=diffusers: diffusers' schedulers, a DiffusionGemma model
     ev = instantiate(cfg.eval)
     check_model_path(cfg.model)  # also: a gated hub model without a token fails here
     check_eval_hub_access(ev)
@@ -167,7 +169,7 @@ def _run(
 ) -> dict[str, Any]:
     if not cfg.resume:
         store.reset()
-    identity = model_identity(cfg.model)
+    identity = {**model_identity(cfg.model), **decoder_identity(cfg.get("decoder"))}
     store.check_identity(identity)  # retrained weights at the same path: stop, never mix
     (store.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     start_logger = partial(

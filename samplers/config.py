@@ -38,6 +38,19 @@ def _require(ok: bool, key: str, msg: str) -> None:
         raise SamplerConfigError(f"sampler.{key}: {msg}")
 
 
+def check_field_types(config) -> None:
+    """Type-check every field of a sampler dataclass against its annotation (ints are fine where floats are
+    expected, and become floats); a bad one fails naming `sampler.<field>`."""
+    allowed = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "None": (type(None),)}
+    for f in fields(config):
+        kinds = tuple(t for part in str(f.type).split("|") for t in allowed[part.strip()])
+        value = getattr(config, f.name)
+        ok = isinstance(value, kinds) and (isinstance(value, bool) == (bool in kinds) or value is None)
+        _require(ok, f.name, f"must be of type {f.type}, got {value!r} ({type(value).__name__})")
+        if float in kinds and isinstance(value, int):
+            setattr(config, f.name, float(value))
+
+
 @dataclass
 class SamplerConfig:
     """Loop knobs shared by every acceptance rule. Defaults are the checkpoint's reference sampler."""
@@ -165,15 +178,7 @@ class SamplerConfig:
         return bool(self.stream_after_stable)
 
     def _check_types(self) -> None:
-        """Type-check every knob against its annotation (ints are fine where floats are expected)."""
-        allowed = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "None": (type(None),)}
-        for f in fields(self):
-            kinds = tuple(t for part in str(f.type).split("|") for t in allowed[part.strip()])
-            value = getattr(self, f.name)
-            ok = isinstance(value, kinds) and (isinstance(value, bool) == (bool in kinds) or value is None)
-            _require(ok, f.name, f"must be of type {f.type}, got {value!r} ({type(value).__name__})")
-            if float in kinds and isinstance(value, int):
-                setattr(self, f.name, float(value))
+        check_field_types(self)
 
     def temperature(self, remaining: int) -> float:
         """Temperature when `remaining` of `max_steps` steps are left (N at the first step, 1 at the last).

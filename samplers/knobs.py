@@ -31,6 +31,17 @@ SHORT = {
     "draft_steps": "dn",
     "verify_temperature": "vT",
     "stream_after_stable": "stream",
+    # decoder=diffusers (samplers.diffusers_config)
+    "num_inference_steps": "n",
+    "confidence_threshold": "ct",
+    "stability_threshold": "st",
+    "cache_implementation": "cache",
+    "editing_threshold": "edit",
+    "temperature": "temp",
+    "corrector_steps": "cs",
+    "corrector_k": "ck",
+    "corrector_selection": "csel",
+    "corrector_selection_tau": "ctau",
 }
 
 # Fields that identify the sampler or only add output, never change a decode: not knobs in a run name.

@@ -3,8 +3,9 @@ and the W&B charts all read the same columns, so they cannot disagree).
 
 `plot_points(table)` adds, per run:
 - `family` / `family_name`: the sampler family (`entropy_bound`, `confidence_topk`, `confidence_threshold`, with
-  `+remask` when `remask_ratio > 0`); baselines are their decoder kind (`ar`, `ar+mtp`, `ar+draft`). Figures give
-  each family one colour and each decoder kind one marker shape.
+  `+remask` when `remask_ratio > 0`; `diffusers_*` for diffusers' pipeline, `decoder=diffusers`); baselines are
+  their decoder kind (`ar`, `ar+mtp`, `ar+draft`). Figures give each family one colour and each decoder kind one
+  marker shape.
 - `is_default`: the run decodes with the checkpoint's reference sampler (entropy bound b=0.1, 48 steps, T 0.8->0.4,
   adaptive stop, no remask: the defaults of `samplers.config.EntropyBoundConfig`), as `harness.analysis.dominance`
   decides
@@ -46,11 +47,15 @@ FAMILY_NAMES = {
     "entropy_bound": "entropy bound",
     "confidence_topk": "confidence top-k",
     "confidence_threshold": "confidence threshold",
+    # decoder=diffusers: diffusers' pipeline and schedulers, families of their own beside ours
+    "diffusers_entropy_bound": "entropy bound (diffusers)",
+    "diffusers_block_refinement": "block refinement (diffusers)",
+    "diffusers_ddim": "DDIM (diffusers)",
 }
 REMASK = "+remask"
 # Knobs that choose how a draw is computed, not which tokens the rule keeps: not worth a label (a sweep over
 # them is an implementation check, shown in the run table).
-IMPLEMENTATION_KNOBS = ("draw", "random_stream")
+IMPLEMENTATION_KNOBS = ("draw", "random_stream", "cache_implementation")
 Z95 = 1.959963984540054
 POINT_COLUMNS = [
     "family",

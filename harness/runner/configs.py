@@ -9,6 +9,7 @@ config values (bd3lms-style), which is also what makes re-running a config resum
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -21,9 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 from contract.decoding import DecoderKind
 from contract.paths import register_path_resolver, resolve_model_ref
 from samplers.config import VERIFY_KNOBS, ConfidenceThresholdConfig, ConfidenceTopKConfig, EntropyBoundConfig
+from samplers.diffusers_config import DIFFUSERS_SAMPLERS
 from samplers.knobs import changed_knobs, run_name_part
 
-SAMPLERS = {cls.name: cls for cls in (EntropyBoundConfig, ConfidenceTopKConfig, ConfidenceThresholdConfig)}
+SAMPLERS = {
+    cls.name: cls for cls in (EntropyBoundConfig, ConfidenceTopKConfig, ConfidenceThresholdConfig, *DIFFUSERS_SAMPLERS)
+}
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -170,3 +174,36 @@ def check_model_path(model: DictConfig) -> None:
     draft = model.get("draft_path")
     if draft and not Path(resolve_model_ref(str(draft), "model.draft_path")).is_dir():
         check_hub_access(str(draft), "model", "model.draft_path")
+
+
+DECODERS = ("engine", "diffusers")
+
+
+def check_decoder(cfg: DictConfig, sampler) -> None:
+    """`decoder=diffusers` (diffusers' DiffusionGemmaPipeline, `harness.engine.diffusers_decoder`): checked before any
+    model loads. Its samplers are diffusers' schedulers (`sampler=diffusers_*`) and ours are the engine's, so the two
+    must agree; it decodes a DiffusionGemma model, uncompiled (the adapter's compiled paths are the engine's)."""
+    name = str((cfg.get("decoder") or {}).get("name", "engine"))
+    if name not in DECODERS:
+        raise ValueError(f"decoder: must be one of {DECODERS}, got {name!r}")
+    wants = getattr(sampler, "decoder", "engine")
+    if name != wants:
+        fix = (
+            f"choose one of sampler={'|'.join(c.name for c in DIFFUSERS_SAMPLERS)}"
+            if name == "diffusers"
+            else "add decoder=diffusers"
+        )
+        raise ValueError(f"sampler={sampler.name} decodes on decoder={wants}, but decoder={name}: {fix}")
+    if name != "diffusers":
+        return
+    from hydra.utils import get_class
+
+    from models.diffusion_gemma import DiffusionGemmaAdapter
+
+    target = str(cfg.model.get("_target_"))
+    if not issubclass(get_class(target), DiffusionGemmaAdapter):
+        raise ValueError(f"model._target_: decoder=diffusers decodes a DiffusionGemmaAdapter model, got {target}")
+    if cfg.model.get("compile"):
+        raise ValueError(f"model.compile: decoder=diffusers runs the model uncompiled, got {cfg.model.compile!r}")
+    if importlib.util.find_spec("diffusers") is None:
+        raise ValueError("decoder=diffusers: diffusers is not installed (pip install --no-deps diffusers==0.42.1)")

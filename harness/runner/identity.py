@@ -4,13 +4,15 @@ The run name hashes the config, but the same config can point at different input
 retrained into the same folder, a hub id without a pinned revision, an edited data file. The model is
 fingerprinted here before it loads (local folders: every file's name, size and modification time, and the
 bytes of the small ones such as config and tokenizer; hub ids: the requested revision, and after loading the
-commit actually loaded); every stored sample carries the hash of the item it was made from (`item_sha`), so
-edited prompts or a reordered data file are caught sample by sample (`harness.runner.evaluate`, lm-eval's bridge).
+commit actually loaded), and so is the release of a decoder that is not ours (`decoder=diffusers`); every stored
+sample carries the hash of the item it was made from (`item_sha`), so edited prompts or a reordered data file
+are caught sample by sample (`harness.runner.evaluate`, lm-eval's bridge).
 """
 
 from __future__ import annotations
 
 import hashlib
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,14 @@ def model_identity(model_cfg: Any) -> dict[str, Any]:
         else:
             out[f"model.{key}"] = f"{ref} revision {model_cfg.get('revision') or 'unpinned'}"
     return out
+
+
+def decoder_identity(decoder_cfg: Any) -> dict[str, Any]:
+    """The release of a decoder that is not ours (`decoder=diffusers`: diffusers' version), so a resume under
+    another release refuses rather than mix; empty for our engine (whose code the run name does not pin either)."""
+    if decoder_cfg is not None and decoder_cfg.get("name") == "diffusers":
+        return {"decoder.diffusers": version("diffusers")}
+    return {}
 
 
 def loaded_commit(model: Any) -> str | None:
