@@ -94,7 +94,7 @@ def test_the_figure_draws_tpf_intervals_as_horizontal_bars(tmp_path):
     for _, r in table.iterrows():
         assert drawn[round(r["tpf"], 6)] == pytest.approx((r["tpf_lo"], r["tpf_hi"]))
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "horizontal bars: tokens per forward (TPF), bootstrap 95% over samples" in legend
+    assert "horizontal bars: tpf bootstrap 95% (samples)" in legend
 
 
 def _paired_run(root, name, nfes, model="m"):

@@ -211,7 +211,7 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
     bars = f"n={int(n[0])} samples per run" if len(n) == 1 else "n = each run's samples"
     handles.append(Line2D([], [], color="0.3", marker="_", markersize=8, label=f"bars: Wilson 95% interval ({bars})"))
     if x_errors(pts, x) is not None:
-        label = f"horizontal bars: {X_AXES.get(x, x)}, bootstrap 95% over samples"
+        label = f"horizontal bars: {x.replace('_', ' ')} bootstrap 95% (samples)"
         handles.append(Line2D([], [], color="0.3", marker="|", markersize=8, linestyle="none", label=label))
     ev = pts["eval"].iloc[0] if len(pts) else (df["eval"].iloc[0] if len(df) else "")
     x_lo, x_hi = float(pts[x].min()), float(pts[x].max())
@@ -225,7 +225,8 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
     axes[-1].set_xlabel(X_AXES.get(x, x))
     fig.supylabel(f"quality ({ev})", fontsize=10)
     fig.suptitle(title or f"{ev}: quality vs {X_AXES.get(x, x)}", fontsize=12)
-    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=3, frameon=False)
+    ncol = 3 if max(len(h.get_label()) for h in handles) <= 60 else 2  # long front entries: two columns fit
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=ncol, frameon=False)
     _label_points(fig, axes, pts, band_of, x)
     return fig
 
