@@ -139,6 +139,25 @@ def decode_metrics(results: list[dict[str, Any]]) -> dict[str, float | None]:
         **latency_percentiles(latency, ttft, user_tps),
         **verify_figures(results),
         **streaming_figures(ttfv, revised),
+        **interval_figures(results),
+    }
+
+
+def interval_figures(results: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Bootstrap 95% intervals over samples (`contract.intervals`) for the benchmark ratios: `tpf_lo` / `tpf_hi`
+    (tokens / forwards) and `tokens_per_second_lo` / `_hi` (tokens / wall-time shares, where every sample has
+    one); None where a ratio has no denominator. The step-cap share beside them is `step_cap_hit_rate`."""
+    from contract.intervals import ratio_interval
+
+    tokens = [r["num_tokens"] for r in results]
+    tpf = ratio_interval(tokens, [r["nfe"] for r in results])
+    wall = [r.get("wall_time_s") or 0.0 for r in results]
+    tps = ratio_interval(tokens, wall) if results and all(w > 0 for w in wall) else None
+    return {
+        "tpf_lo": tpf.lo if tpf else None,
+        "tpf_hi": tpf.hi if tpf else None,
+        "tokens_per_second_lo": tps.lo if tps else None,
+        "tokens_per_second_hi": tps.hi if tps else None,
     }
 
 

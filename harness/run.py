@@ -203,7 +203,7 @@ def _run(
         run_info["slurm"] = asdict(job)
     if expected := report_values(cfg.get("report"), cfg.model, label):
         run_info["report"] = expected
-    # runs are compared (fronts, AUP) only on the same items: the eval's name, item count and item hash
+    # runs are compared (fronts, front_area, aup_d3llm) only on the same items: eval name, item count, item hash
     run_info["eval_id"] = f"{ev.name}-n{metrics['num_samples']}-{metrics.get('items_sha', 'unknown')[:6]}"
     if task := RayTask.current():  # hydra/launcher=ray: which task, node and GPUs ran it, and when (wall clock)
         run_info["ray"] = {**asdict(task), "started_at": started, "finished_at": time.time()}
@@ -211,10 +211,12 @@ def _run(
     store.write_metrics(metrics)
     logger.finish(metrics, ev.scored_rows(store))
     log.info(
-        "%s: quality=%s tpf=%.3f nfe=%d tok/s=%.1f -> %s",
+        "%s: quality=%s tpf=%.3f [%s, %s] step-cap share %.3g nfe=%d tok/s=%.1f -> %s",
         cfg.run_name,
         metrics.get("quality"),
         metrics["tpf"],
+        *(f"{metrics[k]:.3f}" if metrics.get(k) is not None else "-" for k in ("tpf_lo", "tpf_hi")),
+        metrics.get("step_cap_hit_rate", 0.0),
         metrics["nfe"],
         metrics["tokens_per_second"],
         store.run_dir,

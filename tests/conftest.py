@@ -131,6 +131,10 @@ def pytest_terminal_summary(terminalreporter):
             red=True,
             bold=True,
         )
+    no_chromium = [r for r in terminalreporter.stats.get("skipped", []) if "CHROMIUM MISSING" in str(r.longrepr)]
+    if no_chromium:  # tests/test_pareto_browser.py: the interactive front is not shown to draw its intervals
+        msg = f"{len(no_chromium)} BROWSER TESTS DID NOT RUN: chromium is missing (apt-get install -y chromium)"
+        terminalreporter.write_sep("!", msg, red=True, bold=True)
     no_ray = [r for r in terminalreporter.stats.get("skipped", []) if "RAY UNAVAILABLE" in str(r.longrepr)]
     if no_ray:  # why: ray not installed, or its daemons could not start (tests/test_ray.py)
         terminalreporter.write_sep("!", f"{len(no_ray)} RAY TESTS DID NOT RUN", red=True, bold=True)

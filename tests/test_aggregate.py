@@ -81,7 +81,7 @@ def test_cli(tmp_path):
     table_text = out.stdout.split("\n\n")[0]
     assert all(name in table_text for name in ("b0.05", "b0.1", "b0.5", "ar_mtp"))
     assert "sampler.entropy_bound" in table_text and "ar+mtp" in table_text
-    assert "AUP" in out.stdout
+    assert "front_area" in out.stdout and "aup_d3llm" in out.stdout
     summary = pd.read_csv(tmp_path / "summary" / "summary.csv")
     assert len(summary) == 5
 

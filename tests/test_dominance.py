@@ -153,7 +153,7 @@ def test_faster_and_not_worse_needs_a_margin_with_confidence(tmp_path):
     assert not table["dominates_default"].any()  # equal quality is never "better"
     assert table.at["same_faster", "p_not_worse"] < 0.05 and table.at["same_faster", "not_worse_margin"] == 0.02
     text = describe(table.reset_index())
-    assert "1 faster setting(s) lose less than 0.02 quality" in text and "same_faster:" in text
+    assert "1 setting(s) are faster and lose less than 0.02 quality" in text and "same_faster:" in text
 
 
 def test_runs_stored_before_a_knob_existed_still_match_the_default():

@@ -73,7 +73,7 @@ def test_one_writer_per_run_dir(tmp_path):
 
 
 def test_fronts_never_mix_item_sets(tmp_path):
-    """Two runs named 'sudoku6' on different puzzle sets form two groups, each with its own front and AUP."""
+    """Two runs named 'sudoku6' on different puzzle sets form two groups, each with its own front and areas."""
     from harness.analysis.aggregate import collect
     from harness.analysis.fronts import annotate_fronts
     from tests.helpers.runs import make_run_dir

@@ -154,8 +154,8 @@ def test_submitit_local_sweep_with_wandb_and_sweep_summary(tmp_path):
     srun = read_offline_run(path)
     assert (srun.name, srun.group, srun.job_type) == ("toy_sweep-summary", "toy_sweep", "sweep_summary")
     runs = srun.table("runs")
-    assert sorted(runs["run_name"]) == ["b0.1", "b0.5"] and "aup" in runs
-    assert srun.table("fronts")["aup"].iloc[0] == pytest.approx(summary["aup"].iloc[0])
+    assert sorted(runs["run_name"]) == ["b0.1", "b0.5"] and "front_area" in runs and "aup_d3llm" in runs
+    assert srun.table("fronts")["front_area"].iloc[0] == pytest.approx(summary["front_area"].iloc[0])
     for key in ("pareto/pareto_toy_eval_tpf", "pareto/pareto_toy_eval_tokens_per_second"):
         assert srun.media(key).read_bytes()[:4] == b"\x89PNG"
     # the front as native W&B charts, from a table with the knob columns; a step histogram per run

@@ -206,7 +206,9 @@ def test_sweep_summary_run_is_a_dashboard(tmp_path, no_wandb_key):
     assert runs["tpf"].tolist() == pytest.approx(report.table["tpf"].tolist())
     assert runs["on_front"].tolist() == report.table["on_front"].tolist()
     assert runs["family"].tolist() == report.table["family"].tolist()  # colour/filter the table by family
-    assert rec.table("fronts")["aup"].tolist() == pytest.approx(report.fronts["aup"].tolist())
+    assert rec.table("fronts")["front_area"].tolist() == pytest.approx(report.fronts["front_area"].tolist())
+    assert rec.table("fronts")["aup_d3llm"].tolist() == pytest.approx(report.fronts["aup_d3llm"].tolist())
+    assert runs["tpf_lo"].tolist() == pytest.approx(report.table["tpf_lo"].tolist())  # the TPF interval travels
     png = rec.media("pareto/pareto_prompts_tpf")
     assert png.read_bytes() == (tmp_path / "summary" / "pareto_prompts_tpf.png").read_bytes()
 
@@ -228,6 +230,8 @@ def test_sweep_summary_run_is_a_dashboard(tmp_path, no_wandb_key):
     assert points.loc["b0.1", "quality_lo"] == pytest.approx(
         report.table.set_index("run_name").loc["b0.1", "quality_lo"]
     )
+    for c in ("tpf_lo", "tpf_hi", "step_cap_hit_rate", "front_area", "aup_d3llm", "aup_y_max"):  # hover / filter
+        assert points.loc["b0.05", c] == pytest.approx(report.table.set_index("run_name").loc["b0.05", c])
     fronts = rec.table("pareto/prompts/fronts_vs_tpf_table")
     tiny = fronts[fronts["series"] == "front: tiny"]
     assert tiny["tpf"].tolist() == pytest.approx([16 / 7, 4.0, 6.0]) and tiny["quality"].tolist() == [1.0, 0.5, 0.0]

@@ -41,12 +41,20 @@ def test_annotate_fronts_per_model_and_eval(tmp_path):
     assert on == {"ar": False, "ar_mtp": True, "b0.05": True, "b0.1": True, "b0.5": True}
     f = fronts.set_index("model")
     # tiny: f = 1 on [1, 16/7], .5 on (16/7, 4], 0 on (4, 6]; range [1, largest TPF on the eval = 6]
-    assert f.loc["tiny", "aup"] == pytest.approx((16 / 7 - 1 + 0.5 * (4 - 16 / 7)) / 5)
+    assert f.loc["tiny", "front_area"] == pytest.approx((16 / 7 - 1 + 0.5 * (4 - 16 / 7)) / 5)
     assert (f.loc["tiny", "tpf_min"], f.loc["tiny", "tpf_max"]) == (1.0, 6.0)
-    assert f.loc["ar-base", "aup"] == pytest.approx((16 * 2 / 23 - 1) / 5)
+    assert f.loc["ar-base", "front_area"] == pytest.approx((16 * 2 / 23 - 1) / 5)
     assert f.loc["tiny", "front_runs"] == 3
+    # the leaderboard's AUP of each front, y_max = the eval's best quality (100%) for both models: tiny's front is
+    # (16/7, 100%), (4, 50%), (6, 0%); the two slower-by-quality points are > 5 points below the first: dropped
+    assert f.loc["tiny", "aup_d3llm"] == pytest.approx(16 / 7 * 100)
+    assert f.loc["ar-base", "aup_d3llm"] == pytest.approx(32 / 23 * 100)  # AR+MTP's point; AR is dominated
+    assert f["aup_y_max"].tolist() == [100.0, 100.0]
+    assert table.set_index("run_name").loc["b0.5", "aup_d3llm"] == pytest.approx(16 / 7 * 100)  # its model's
     fixed, _ = annotate_fronts(collect([tmp_path]), tpf_range=(1.0, 4.0))
-    assert fixed.set_index("run_name").loc["b0.1", "aup"] == pytest.approx((16 / 7 - 1 + 0.5 * (4 - 16 / 7)) / 3)
+    b01 = fixed.set_index("run_name").loc["b0.1"]
+    assert b01["front_area"] == pytest.approx((16 / 7 - 1 + 0.5 * (4 - 16 / 7)) / 3)
+    assert b01["aup_d3llm"] == pytest.approx(16 / 7 * 100)  # the TPF range is front_area's alone
 
 
 def _containers(fig):
@@ -58,7 +66,8 @@ def _plotted_points(fig) -> list[tuple[float, float, float, float]]:
     """(x, y, bar bottom, bar top) of every plotted point, read from the errorbar artists themselves."""
     out = []
     for _, c in _containers(fig):
-        data, _caps, (bars,) = c.lines  # the markers, the caps, the vertical bars
+        data, _caps, barcols = c.lines  # the markers, the caps, the (horizontal and) vertical bars
+        bars = barcols[-1]
         xy = data.get_xydata()
         segments = bars.get_segments()
         assert len(segments) == len(xy)  # one bar per point
@@ -81,10 +90,10 @@ def test_pareto_figure_series(tmp_path):
     markers = {c.get_label(): c.lines[0].get_marker() for _, c in _containers(fig)}
     assert (markers["_tiny·entropy_bound"], markers["_ar-base·ar"], markers["_ar-base·ar+mtp"]) == ("o", "s", "^")
     legend = {t.get_text() for t in fig.legends[0].get_texts()}
-    # AUP per series: each family's own front over the model's range [1, 6]
+    # front area per series: each family's own front over the model's range [1, 6]; both areas per model, named
     eb = area_under_front([16 / 7, 4, 6], [1, 0.5, 0], 1, 6)
-    assert f"entropy bound  (AUP {eb:.3f})" in legend and "AR  (AUP 0.000)" in legend
-    assert any(t.startswith("front: tiny (AUP 0.429 over TPF 1-6)") for t in legend)
+    assert f"entropy bound  (front area {eb:.3f})" in legend and "AR  (front area 0.000)" in legend
+    assert "front: tiny (front area 0.429 over TPF 1-6 · AUP(d3LLM) 228.6, y_max 100)" in legend
     assert "bars: Wilson 95% interval (n=2 samples per run)" in legend
     fronts = [ln for ln in ax.lines if ln.get_label().startswith("front: tiny")]
     assert fronts[0].get_drawstyle() == "steps-pre"
@@ -95,7 +104,7 @@ def test_pareto_figure_series(tmp_path):
     assert not any(ln.get_linestyle() == "--" for ln in ax.lines)  # no default run in this sweep: no default line
     tps = pareto_figure(table, "tokens_per_second")
     assert tps.axes[-1].get_xlabel() == "tokens / s"
-    assert not any("AUP" in t.get_text() for t in tps.legends[0].get_texts())
+    assert not any("AUP" in t.get_text() or "area" in t.get_text() for t in tps.legends[0].get_texts())
 
 
 def _crowded_table():
@@ -288,7 +297,7 @@ def test_make_report_writes_every_figure(tmp_path):
     assert all(p.stat().st_size > 1000 for p in report.files if p.suffix in (".png", ".svg"))
     assert (tmp_path / "plots" / "pareto_prompts_tpf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = (tmp_path / "plots" / "pareto_prompts_tpf.svg").read_text()
-    assert "front: tiny (AUP 0.429" in svg and "b=0.1" in svg and "AR+MTP" in svg
+    assert "front: tiny (front area 0.429" in svg and "AUP(d3LLM) 228.6" in svg and "b=0.1" in svg and "AR+MTP" in svg
     assert "step cap 4: 2 of 4 canvases hit it" in (tmp_path / "plots" / "runs" / "b0.05_steps.svg").read_text()
     assert [p.name for p in report.pareto_pngs] == ["pareto_prompts_tpf.png", "pareto_prompts_tokens_per_second.png"]
     # the interactive twin: the same points (with their intervals and knobs on hover), plotly.js beside it

@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from contract.records import decode_metrics
+from contract.records import decode_metrics, interval_figures
 from evals.diagnostics import run_diagnostics
 from harness.analysis.dominance import add_dominance, default_knobs, describe, matches_knobs
 from harness.analysis.fronts import annotate_fronts
@@ -48,10 +48,12 @@ DIAGNOSTIC_COLUMNS = [
 ]
 SAMPLER_PREFIX = "sampler."
 REPORT_PREFIX = "report_"  # report_<metric>: the published value beside the measured <metric>
+INTERVAL_COLUMNS = ["tpf_lo", "tpf_hi", "tokens_per_second_lo", "tokens_per_second_hi"]  # contract.intervals
 NUMERIC_COLUMNS = [
     "quality",
     "tpf",
     "tokens_per_second",
+    *INTERVAL_COLUMNS,
     "nfe",
     "num_tokens",
     "num_samples",
@@ -65,10 +67,14 @@ TABLE_ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler"]
 TABLE_FIGURE_COLUMNS = [
     "quality",
     "tpf",
+    "tpf_lo",
+    "tpf_hi",
+    "step_cap_hit_rate",
     "tokens_per_second",
+    "tokens_per_second_lo",
+    "tokens_per_second_hi",
     "nfe",
     "mean_steps_per_canvas",
-    "step_cap_hit_rate",
     *DIAGNOSTIC_COLUMNS,
     "on_front",
     "dominates_default",
@@ -174,6 +180,8 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         row["report"] = " / ".join(str(x) for x in (report.get("figure"), report.get("where")) if x)
         row.update({f"{REPORT_PREFIX}{k}": v for k, v in (report.get("values") or {}).items()})
     row.update(steps_stats(rows))
+    if any(row.get(k) is None for k in INTERVAL_COLUMNS):  # stored before the intervals: from samples.jsonl
+        row.update({k: v for k, v in interval_figures(rows).items() if row.get(k) is None})
     row["samples_rows"] = len(rows)
     row["samples_bad_lines"] = len(scan.bad)
     row["consistent"] = _consistent(metrics, rows)
@@ -233,7 +241,7 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, stem: str = "summary") ->
 def summarize(
     paths: Iterable[str | Path], out_dir: str | Path, tpf_range: tuple[float, float] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
-    """Collect, mark Pareto fronts and area under them, write summary.{csv,parquet} and fronts.csv."""
+    """Collect, mark Pareto fronts and their areas (front_area, aup_d3llm), write summary.{csv,parquet}, fronts.csv."""
     runs = collect(paths)
     table, fronts = annotate_fronts(runs, tpf_range=tpf_range)
     add_diagnostics(table)
@@ -312,7 +320,11 @@ def format_table(df: pd.DataFrame, columns: list[str] | None = None) -> str:
 def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     print(format_table(table))
     if not fronts.empty:
-        print("\nArea under the quality-vs-TPF front (AUP, quality units; front = tpf:quality points):")
+        print(
+            "\nArea under the quality-vs-TPF front, two ways per model: front_area = mean best quality over TPF "
+            "[tpf_min, tpf_max] (ours, quality units);\naup_d3llm = the dLLM leaderboard's AUP of the front "
+            "(accuracy % x TPF, weighted; y_max = aup_y_max, the eval's best quality in %); front = tpf:quality points:"
+        )
         print(fronts.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     curve = steps_curve(table)
     if curve["max_steps"].nunique() > 1:
@@ -350,13 +362,13 @@ def cli_parser(module: str, doc: str, out: str, out_help: str) -> argparse.Argum
         nargs=2,
         type=float,
         metavar=("LO", "HI"),
-        help="TPF range for the area under the front (default: 1 to the eval's largest TPF)",
+        help="TPF range for front_area, the area under the front (default: 1 to the eval's largest TPF)",
     )
     return ap
 
 
 def tpf_range(args: argparse.Namespace) -> tuple[float, float] | None:
-    """`--tpf-range LO HI`, refused unless 0 <= LO < HI (a reversed range would give an AUP of NaN)."""
+    """`--tpf-range LO HI`, refused unless 0 <= LO < HI (a reversed range would give a front_area of NaN)."""
     if not args.tpf_range:
         return None
     lo, hi = args.tpf_range

@@ -3,16 +3,21 @@
 Front: a run is on the (model, eval) front when no other run of that model and eval has both TPF >= and
 quality >= with one of them strictly greater (maximize both; exact duplicates count once).
 
-Area under the front (AUP, in the spirit of d3LLM's AUP, not its exact weighting): with the front as the
-step function f(x) = max{quality_i : tpf_i >= x} (the best quality reachable at TPF at least x; 0 past
-the fastest run), AUP = 1/(hi - lo) * integral of f(x) over [lo, hi]. It is in quality units (a mean of
-`correct` in [0, 1] gives AUP in [0, 1]): the mean best quality over the TPF range. Default range:
-lo = 1 (AR) and hi = the largest TPF any model reached on that eval, so models on one eval share a range;
-pass `tpf_range` to fix it across tables. Adding a run never lowers AUP.
+Area under the front (`front_area`, ours; not the leaderboard's AUP): with the front as the step function
+f(x) = max{quality_i : tpf_i >= x} (the best quality reachable at TPF at least x; 0 past the fastest run),
+front_area = 1/(hi - lo) * integral of f(x) over [lo, hi]. It is in quality units (a mean of `correct` in [0, 1]
+gives a front_area in [0, 1]): the mean best quality over the TPF range. Default range: lo = 1 (AR) and hi = the
+largest TPF any model reached on that eval, so models on one eval share a range; pass `tpf_range` to fix it across
+tables. Adding a run never lowers it.
+
+AUP as the dLLM leaderboard scores it (`aup_d3llm`, `harness.analysis.aup`): the model's front points, accuracy in
+percent, weighted by how far below the best accuracy they are, integrated from TPF 0; `aup_y_max` (the best quality
+of any run on the eval in this table, in percent) is shared by every model on the eval. Its scale is accuracy x TPF
+(an AR model at 80% scores 80), comparable with the leaderboard's numbers, not with `front_area`.
 
 Hypervolume (the multi-objective search's yardstick): the area of the (TPF, quality) region that some run
-dominates and that dominates a reference point (default TPF 1, quality 0: AR speed, nothing right). Unlike AUP
-it is not normalized by a range, so a run that reaches a higher TPF adds area: fronts found by different
+dominates and that dominates a reference point (default TPF 1, quality 0: AR speed, nothing right). Unlike
+front_area it is not normalized by a range, so a run that reaches a higher TPF adds area: fronts found by different
 searches compare by it directly (`harness/analysis/search_vs_grid.py`). `hypervolume(..., tpf_max=hi)` clips at a TPF,
 the
 comparison over a shared range.
@@ -29,7 +34,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-FRONT_COLUMNS = ["model", "eval", "runs", "front_runs", "tpf_min", "tpf_max", "aup", "front"]
+from harness.analysis.aup import aup_d3llm
+
+FRONT_COLUMNS = [
+    "model",
+    "eval",
+    "runs",
+    "front_runs",
+    "tpf_min",
+    "tpf_max",
+    "front_area",
+    "aup_d3llm",
+    "aup_y_max",
+    "front",
+]
+# per run: its (model, eval) group's figures
+RUN_COLUMNS = {"on_front": False, "front_area": np.nan, "front_area_tpf_min": np.nan, "front_area_tpf_max": np.nan}
+RUN_COLUMNS |= {"aup_d3llm": np.nan, "aup_y_max": np.nan}
 
 
 def front_mask(x: Iterable[float], y: Iterable[float]) -> np.ndarray:
@@ -79,21 +100,27 @@ def hypervolume(
 def annotate_fronts(
     table: pd.DataFrame, tpf_range: tuple[float, float] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Add `on_front`, `aup`, `aup_tpf_min`, `aup_tpf_max` per run; return it and one row per (model, eval)."""
+    """Add `RUN_COLUMNS` per run (its (model, eval) group's front membership and figures); return it and one row
+    per (model, eval) (`FRONT_COLUMNS`)."""
     table = table.copy()
-    for c, v in (("on_front", False), ("aup", np.nan), ("aup_tpf_min", np.nan), ("aup_tpf_max", np.nan)):
+    for c, v in RUN_COLUMNS.items():
         table[c] = v
     fronts: list[dict[str, Any]] = []
     if table.empty:
         return table, pd.DataFrame(columns=FRONT_COLUMNS)
     for (model, ev), g in table.groupby(["model", "eval"], dropna=False, sort=True):
-        lo, hi = tpf_range or (1.0, float(table.loc[table["eval"] == ev, "tpf"].max()))
+        on_eval = table["eval"] == ev
+        lo, hi = tpf_range or (1.0, float(table.loc[on_eval, "tpf"].max()))
         mask = front_mask(g["tpf"], g["quality"])
         scored = g["quality"].notna().any() and g["tpf"].notna().any()
-        aup = area_under_front(g["tpf"], g["quality"], lo, hi) if scored and hi > lo else np.nan
-        table.loc[g.index, "on_front"] = mask
-        table.loc[g.index, ["aup", "aup_tpf_min", "aup_tpf_max"]] = [aup, lo, hi]
+        area = area_under_front(g["tpf"], g["quality"], lo, hi) if scored and hi > lo else np.nan
         f = g[mask].sort_values("tpf")
+        y_max = 100 * float(table.loc[on_eval, "quality"].max()) if scored else np.nan
+        fast = f[f["tpf"] > 0]  # a run with no forward has no TPF to score (the leaderboard refuses it)
+        aup = aup_d3llm(fast["tpf"], 100 * fast["quality"], y_max) if scored and y_max > 0 else np.nan
+        table.loc[g.index, "on_front"] = mask
+        table.loc[g.index, ["front_area", "front_area_tpf_min", "front_area_tpf_max"]] = [area, lo, hi]
+        table.loc[g.index, ["aup_d3llm", "aup_y_max"]] = [aup, y_max]
         fronts.append(
             {
                 "model": model,
@@ -102,9 +129,11 @@ def annotate_fronts(
                 "front_runs": int(mask.sum()),
                 "tpf_min": lo,
                 "tpf_max": hi,
-                "aup": aup,
+                "front_area": area,
+                "aup_d3llm": aup,
+                "aup_y_max": y_max,
                 "front": " | ".join(f"{t:.3g}:{q:.3g}" for t, q in zip(f["tpf"], f["quality"])),
             }
         )
     table["on_front"] = table["on_front"].astype(bool)
-    return table, pd.DataFrame(fronts)
+    return table, pd.DataFrame(fronts, columns=FRONT_COLUMNS)

@@ -53,11 +53,32 @@ def series_name(pts: pd.DataFrame, model: Any, family: str) -> str:
     return f"{model} · {name}" if pts.loc[pts["family"] == family, "model"].nunique() > 1 else name
 
 
-def _series_aup(g: pd.DataFrame) -> float:
-    """The area under this series' own front, over its model's AUP range (so series of a model compare)."""
-    if "aup_tpf_min" not in g or g["aup_tpf_min"].isna().all() or not (g["aup_tpf_max"] > g["aup_tpf_min"]).any():
+def _series_front_area(g: pd.DataFrame) -> float:
+    """The area under this series' own front, over its model's front-area range (so series of a model compare)."""
+    lo, hi = "front_area_tpf_min", "front_area_tpf_max"
+    if lo not in g or g[lo].isna().all() or not (g[hi] > g[lo]).any():
         return np.nan
-    return area_under_front(g["tpf"], g["quality"], float(g["aup_tpf_min"].iloc[0]), float(g["aup_tpf_max"].iloc[0]))
+    return area_under_front(g["tpf"], g["quality"], float(g[lo].iloc[0]), float(g[hi].iloc[0]))
+
+
+def front_legend(g: pd.DataFrame) -> str:
+    """` (front area 0.429 over TPF 1-6 · AUP(d3LLM) 231.5, y_max 100)`: a model's two areas, named apart."""
+    parts = []
+    if "front_area" in g and pd.notna(g["front_area"].iloc[0]):
+        a, b = g["front_area_tpf_min"].iloc[0], g["front_area_tpf_max"].iloc[0]
+        parts.append(f"front area {g['front_area'].iloc[0]:.3f} over TPF {a:.3g}-{b:.3g}")
+    if "aup_d3llm" in g and pd.notna(g["aup_d3llm"].iloc[0]):
+        parts.append(f"AUP(d3LLM) {g['aup_d3llm'].iloc[0]:.1f}, y_max {g['aup_y_max'].iloc[0]:.3g}")
+    return f" ({' · '.join(parts)})" if parts else ""
+
+
+def x_errors(pts: pd.DataFrame, x: str) -> np.ndarray | None:
+    """Horizontal bars: the bootstrap interval of `x` (`<x>_lo` / `<x>_hi`, `contract.intervals`), 0 where none."""
+    if f"{x}_lo" not in pts or pts[f"{x}_lo"].isna().all():
+        return None
+    lo = pd.to_numeric(pts[f"{x}_lo"], errors="coerce").fillna(pts[x])
+    hi = pd.to_numeric(pts[f"{x}_hi"], errors="coerce").fillna(pts[x])
+    return np.vstack([(pts[x] - lo).clip(lower=0), (hi - pts[x]).clip(lower=0)])
 
 
 def _proxy(marker: str, color: str, label: str, size: float = 8, **kw: Any) -> Line2D:
@@ -125,6 +146,7 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
                     sub[x],
                     sub["quality"],
                     yerr=yerr,
+                    xerr=x_errors(sub, x),
                     fmt="*" if is_def else MARKERS.get(kind, "X"),
                     markersize=_marker_size(sub.iloc[0]),
                     markerfacecolor=color,
@@ -137,16 +159,13 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
                     zorder=4 if is_def else 3,
                     label=f"_{model}·{fam}{'·default' if is_def else ''}",
                 )
-        aup = _series_aup(g) if x == "tpf" else np.nan
-        name = series_name(pts, model, fam) + (f"  (AUP {aup:.3f})" if pd.notna(aup) else "")
+        area = _series_front_area(g) if x == "tpf" else np.nan
+        name = series_name(pts, model, fam) + (f"  (front area {area:.3f})" if pd.notna(area) else "")
         handles.append(_proxy(MARKERS.get(kind, "X"), color, name))
     fronts = [(model, g) for model, g in pts.groupby("model", sort=True, dropna=False) if len(g) > 1]
     for i, (model, g) in enumerate(fronts):  # a one-run model's front is its point: no line
         f = g[front_mask(g[x], g["quality"])].sort_values(x)
-        aup = ""
-        if x == "tpf" and "aup" in g and pd.notna(g["aup"].iloc[0]):
-            a, b = g["aup_tpf_min"].iloc[0], g["aup_tpf_max"].iloc[0]
-            aup = f" (AUP {g['aup'].iloc[0]:.3f} over TPF {a:.3g}-{b:.3g})"
+        aup = front_legend(g) if x == "tpf" else ""
         # a broad translucent band, so a front never reads as a label's thin leader line
         style = {"color": "0.5", "linestyle": FRONT_STYLES[i % len(FRONT_STYLES)], "linewidth": 2.4, "alpha": 0.45}
         for ax in axes:
@@ -191,6 +210,9 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
     n = pd.to_numeric(pts["num_samples"], errors="coerce").dropna().unique() if "num_samples" in pts else []
     bars = f"n={int(n[0])} samples per run" if len(n) == 1 else "n = each run's samples"
     handles.append(Line2D([], [], color="0.3", marker="_", markersize=8, label=f"bars: Wilson 95% interval ({bars})"))
+    if x_errors(pts, x) is not None:
+        label = f"horizontal bars: {x.replace('_', ' ')} bootstrap 95% (samples)"
+        handles.append(Line2D([], [], color="0.3", marker="|", markersize=8, linestyle="none", label=label))
     ev = pts["eval"].iloc[0] if len(pts) else (df["eval"].iloc[0] if len(df) else "")
     x_lo, x_hi = float(pts[x].min()), float(pts[x].max())
     x_span = max(x_hi - x_lo, abs(x_hi) * 0.1, 1e-9)
@@ -203,7 +225,8 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
     axes[-1].set_xlabel(X_AXES.get(x, x))
     fig.supylabel(f"quality ({ev})", fontsize=10)
     fig.suptitle(title or f"{ev}: quality vs {X_AXES.get(x, x)}", fontsize=12)
-    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=3, frameon=False)
+    ncol = 3 if max(len(h.get_label()) for h in handles) <= 60 else 2  # long front entries: two columns fit
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=ncol, frameon=False)
     _label_points(fig, axes, pts, band_of, x)
     return fig
 

@@ -1,7 +1,8 @@
 """Speed/quality trade-off figures: Pareto fronts, steps-per-canvas histograms, canvas evolution.
 
-The front and its area (AUP) are computed in `harness.analysis.fronts` and marked in the run table by
-`harness.analysis.aggregate`; this module only draws them (the one module here that imports matplotlib).
+The front, its area (`front_area`) and the leaderboard's AUP (`aup_d3llm`) are computed in
+`harness.analysis.fronts` and marked in the run table by `harness.analysis.aggregate`; this module only draws them
+(the one module here that imports matplotlib).
 The Pareto figure itself (`pareto_figure`: a colour per sampler family, a marker per decoder kind, Wilson 95% bars,
 the default sampler starred, labels that never overlap) lives in `harness.figures.front_figure`, its interactive twin in
 `harness.figures.pareto_html`; what each point means (family, default, interval, label) in
@@ -204,9 +205,8 @@ def safe_stem(s: Any) -> str:
 
 @dataclass
 class Report:
-    table: (
-        pd.DataFrame
-    )  # one row per run, with on_front / aup columns and the point columns of harness.figures.plot_points
+    # one row per run: on_front / front_area / aup_d3llm columns and the point columns of harness.figures.plot_points
+    table: pd.DataFrame
     fronts: pd.DataFrame  # one row per (model, eval)
     steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STEPS_COLUMNS))  # canvases per run
     files: list[Path] = field(default_factory=list)

@@ -14,6 +14,7 @@ import pandas as pd
 
 from harness.analysis.aggregate import SAMPLER_PREFIX
 from harness.analysis.fronts import front_mask
+from harness.figures.front_figure import front_legend, x_errors
 from harness.figures.plot_points import HIGHLIGHT_COLOR, POINT_COLUMNS, plot_points, series_colors, series_order
 
 SYMBOLS = {
@@ -37,7 +38,11 @@ def _hover(r: pd.Series, knobs: list[str]) -> str:
     if pd.notna(r["quality_lo"]):
         q += f" [{r['quality_lo']:.3f}, {r['quality_hi']:.3f}] (Wilson 95%, n={int(r['num_samples'])})"
     lines.append(q)
-    lines.append(f"TPF {r['tpf']:.4g} · {r['tokens_per_second']:.4g} tokens/s")
+    lines.append(f"TPF {r['tpf']:.4g}{_interval(r, 'tpf')} · {r['tokens_per_second']:.4g} tokens/s")
+    if pd.notna(r.get("tokens_per_second_lo")):
+        lines[-1] += _interval(r, "tokens_per_second")
+    if pd.notna(r.get("step_cap_hit_rate")) and r.get("num_canvases", 1):
+        lines.append(f"step-cap share {r['step_cap_hit_rate']:.3g} of canvases")
     marks = (
         ("default", r["is_default"]),
         ("dominates default", r["dominates_default"]),
@@ -47,6 +52,28 @@ def _hover(r: pd.Series, knobs: list[str]) -> str:
     if flags:
         lines.append(" · ".join(flags))
     return "<br>".join(lines)
+
+
+def _interval(r: pd.Series, col: str) -> str:
+    """` [lo, hi] (bootstrap 95%)` for a column with `<col>_lo` / `<col>_hi`; empty where the run has none."""
+    if pd.isna(r.get(f"{col}_lo")):
+        return ""
+    return f" [{r[f'{col}_lo']:.4g}, {r[f'{col}_hi']:.4g}] (bootstrap 95%)"
+
+
+def _error_x(g: pd.DataFrame, x: str, color: str) -> dict[str, Any]:
+    """plotly's horizontal bars: the bootstrap interval of `x` (`harness.figures.front_figure.x_errors`)."""
+    err = x_errors(g, x)
+    if err is None:
+        return {"visible": False}
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": err[1].tolist(),
+        "arrayminus": err[0].tolist(),
+        "color": color,
+        "thickness": 1,
+    }
 
 
 def pareto_html(df: pd.DataFrame, x: str, path: str | Path, title: str | None = None) -> Path:
@@ -87,6 +114,7 @@ def pareto_html(df: pd.DataFrame, x: str, path: str | Path, title: str | None = 
                     "color": color,
                     "thickness": 1,
                 },
+                error_x=_error_x(g, x, color),
                 hovertext=[_hover(r, knobs) for _, r in g.iterrows()],
                 hoverinfo="text",
             )
@@ -95,7 +123,7 @@ def pareto_html(df: pd.DataFrame, x: str, path: str | Path, title: str | None = 
         if len(g) < 2:
             continue
         f = g[front_mask(g[x], g["quality"])].sort_values(x)
-        aup = f" (AUP {g['aup'].iloc[0]:.3f})" if x == "tpf" and "aup" in g and pd.notna(g["aup"].iloc[0]) else ""
+        aup = front_legend(g) if x == "tpf" else ""
         fig.add_trace(
             go.Scatter(
                 x=f[x],
@@ -115,7 +143,7 @@ def pareto_html(df: pd.DataFrame, x: str, path: str | Path, title: str | None = 
         )
     ev = pts["eval"].iloc[0] if len(pts) else ""
     fig.update_layout(
-        title=title or f"{ev}: quality vs {X_TITLES.get(x, x)} (bars: Wilson 95%; hover a point for its knobs)",
+        title=title or f"{ev}: quality vs {X_TITLES.get(x, x)} (bars: Wilson 95% | bootstrap 95%; hover for knobs)",
         xaxis_title=X_TITLES.get(x, x),
         yaxis_title=f"quality ({ev})",
         template="plotly_white",

@@ -293,8 +293,15 @@ POINT_TABLE_COLUMNS = [
     "quality_hi",
     "num_samples",
     "tpf",
+    "tpf_lo",
+    "tpf_hi",
+    "step_cap_hit_rate",
     "tokens_per_second",
-    "aup",
+    "tokens_per_second_lo",
+    "tokens_per_second_hi",
+    "front_area",
+    "aup_d3llm",
+    "aup_y_max",
 ]
 
 
