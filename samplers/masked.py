@@ -61,6 +61,7 @@ class MaskedSamplerConfig:
     eos_early_stop: bool = True  # a row stops once an EOS is committed with no mask before it
     block_length: int | None = None  # null: the model's block length
     family: str = FAMILY  # tells the config checks this sampler is for masked models
+    cap_at_block: bool = False  # steps <= block length (see steps_for)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -128,9 +129,12 @@ class MaskedSamplerConfig:
     def editing(self) -> bool:
         return self.editing_threshold is not None and self.editing_threshold > 0
 
-    def steps_for(self, max_new_tokens: int) -> int:
-        """Refinement steps per block for a request (LLaDA2Pipeline: min(steps, gen_length // minimal_topk))."""
-        return max(1, min(self.steps_per_block, max_new_tokens // self.minimal_topk))
+    def steps_for(self, max_new_tokens: int, block_length: int) -> int:
+        """Refinement steps per block for a request (LLaDA2Pipeline: min(steps, gen_length // minimal_topk)); with
+        `cap_at_block` at most the block length, so every step fills at least one position (diffusers' rule, which
+        block_refinement keeps exactly, lets steps past the block length fill only what passes the threshold)."""
+        steps = max(1, min(self.steps_per_block, max_new_tokens // self.minimal_topk))
+        return min(steps, block_length) if self.cap_at_block else steps
 
     def knobs(self) -> dict:
         return asdict(self)
@@ -149,16 +153,18 @@ class LowConfidenceConfig(MaskedSamplerConfig):
 
     name: str = "low_confidence"
     threshold: float | None = None
+    cap_at_block: bool = True
 
 
 @dataclass
 class FastDllmConfig(MaskedSamplerConfig):
     """Fast-dLLM's threshold rule: every position with confidence > threshold, at least the most confident one
-    (a one-token share per step: steps_per_block is raised to the block length by the decoder)."""
+    (one step per block position, so a one-token share per step)."""
 
     name: str = "fast_dllm"
     threshold: float | None = 0.9
     steps_per_block: int = 1024
+    cap_at_block: bool = True
 
 
 @dataclass
@@ -168,6 +174,7 @@ class ReMDMConfig(MaskedSamplerConfig):
     name: str = "remdm"
     threshold: float | None = None
     remask_ratio: float = 0.1
+    cap_at_block: bool = True
 
     def validate(self) -> None:
         super().validate()
