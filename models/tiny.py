@@ -228,7 +228,7 @@ def main() -> None:
     p.add_argument("--sharpen", type=float, default=None, help="make a confident copy-denoiser (diffusion only)")
     a = p.parse_args()
     if a.kind == "masked":
-        print(build_masked(a.out_dir, seed=a.seed))
+        print(build_masked(a.out_dir, seed=a.seed, block_length=8))
     elif a.kind == "diffusion":
         print(build_diffusion(a.out_dir, seed=a.seed, sharpen=a.sharpen, canvas_length=a.canvas_length))
     else:

@@ -8,7 +8,7 @@ or re-masks it (`remask_ratio`). One rule, `refine`, covers the family; the conf
   most confident ones; optionally replace committed tokens whose new prediction is confident (> `editing_threshold`)
   and different, for up to `max_post_steps` forwards after the block's last mask.
 - `low_confidence`: LLaDA's fixed-steps rule (no threshold): the share's most confident positions each step.
-- `fast_dllm`: Fast-dLLM's parallel decoding: every position with confidence > `threshold`, at least one.
+- `fast_dllm_masked`: Fast-dLLM's parallel decoding: every position with confidence > `threshold`, at least one.
 - `remdm`: the LLaDA rule plus ReMDM-style re-masking of the `remask_ratio` least confident committed tokens.
 
 A step's share is diffusers' even split of the block over `min(steps_per_block, max_new_tokens // minimal_topk)`
@@ -161,7 +161,7 @@ class FastDllmConfig(MaskedSamplerConfig):
     """Fast-dLLM's threshold rule: every position with confidence > threshold, at least the most confident one
     (one step per block position, so a one-token share per step)."""
 
-    name: str = "fast_dllm"
+    name: str = "fast_dllm_masked"
     threshold: float | None = 0.9
     steps_per_block: int = 1024
     cap_at_block: bool = True
@@ -173,7 +173,7 @@ class ReMDMConfig(MaskedSamplerConfig):
 
     name: str = "remdm"
     threshold: float | None = None
-    remask_ratio: float = 0.1
+    remask_ratio: float = 0.25
     cap_at_block: bool = True
 
     def validate(self) -> None:
