@@ -162,3 +162,43 @@ def test_decoder_for_refuses_mixed_families(checkpoints):
     with pytest.raises(ValueError, match="uniform-state sampler on a masked model"):
         decoder_for(ad, EntropyBoundConfig())
     assert isinstance(decoder_for(ad, LowConfidenceConfig()), MaskedDiffusionDecoder)
+
+
+@pytest.fixture(scope="module")
+def bidirectional(tmp_path_factory):
+    return build_masked(tmp_path_factory.mktemp("bidir") / "m", block_length=4, attention="bidirectional")
+
+
+def test_bidirectional_recompute_equals_pipeline_and_prefix_cache_is_marked_approximate(bidirectional):
+    """A fully bidirectional model: full recompute equals LLaDA2Pipeline token for token (greedy, editing on);
+    the Fast-dLLM-style prefix cache runs, says it is approximate, and differs (its prefix K/V are never
+    refreshed), which is why it is not the default."""
+    kw = dict(dtype="float64", attention="bidirectional", eos_token_ids=[1], num_threads=1)
+    full = MaskedDiffusionAdapter(str(bidirectional), context="recompute", **kw)
+    approx = MaskedDiffusionAdapter(str(bidirectional), context="prefix_cache", **kw)
+    cfg = BlockRefinementConfig(threshold=0.8, editing_threshold=0.5, steps_per_block=4)
+    reqs = _requests(full)
+    ours = MaskedDiffusionDecoder(full, cfg).generate(reqs)
+    for q, o in zip(reqs, ours, strict=True):
+        assert o.token_ids == _reference(full, 4, [q.prompt_ids], cfg, 1)[0][0]
+    assert approx.describe()["context_exact"] is False and full.describe()["context_exact"] is True
+    approx_out = MaskedDiffusionDecoder(approx, cfg).generate(reqs)
+    assert [o.token_ids for o in approx_out] != [o.token_ids for o in ours]
+    with pytest.raises(ValueError, match="model.context=cache is exact only"):
+        MaskedDiffusionAdapter(str(bidirectional), context="cache", **kw)
+
+
+def test_shifted_logits_read_one_position_earlier(checkpoints):
+    """Dream's convention: the logits for block position j are the model's at position start + j - 1."""
+    from models.masked_diffusion import BlockQuery
+
+    plain = _adapter(checkpoints[4], "recompute")
+    shifted = MaskedDiffusionAdapter(
+        str(checkpoints[4]), dtype="float64", context="recompute", shifted_logits=True, num_threads=1
+    )
+    ids = plain.encode("Hello world, this is")
+    m = plain.mask_id
+    q = [BlockQuery(0, ids[:8], ids[8:10] + [m, m], 100)]
+    a, b = plain.forward(plain.open(1), q, 4), shifted.forward(shifted.open(1), q, 4)
+    assert torch.equal(b[:, 1:], a[:, :-1])  # one forward, read one position earlier
+    assert not torch.allclose(a, b)
