@@ -20,6 +20,7 @@ tiny-models: venv  ## tiny random checkpoints for smoke runs (outputs/tiny/)
 	test -f outputs/tiny/diffusion/config.json || $(PY) -m models.tiny diffusion outputs/tiny/diffusion
 	test -f outputs/tiny/ar/config.json || $(PY) -m models.tiny ar outputs/tiny/ar
 	test -f outputs/tiny/ar_draft/config.json || $(PY) -m models.tiny ar outputs/tiny/ar_draft --seed 1
+	test -f outputs/tiny/masked/config.json || $(PY) -m models.tiny masked outputs/tiny/masked
 
 # Two workers (pytest-xdist, one per core); tests that share a resource run on one worker (xdist_group marks:
 # the Slurm cluster, the sandbox's process checks).

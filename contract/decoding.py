@@ -26,11 +26,12 @@ class DecoderKind(StrEnum):
     AR_SAME_WEIGHTS = "ar-same-weights"  # a block-diffusion checkpoint decoding autoregressively (its encoder)
     SELF_SPECULATIVE = "self-speculative"  # diffusion drafts every canvas, the same weights' AR mode verifies it
     ROUTED = "routed"  # diffusion drafts, a routing rule sends the hard canvases to the AR mode's verification
+    MASKED = "masked"  # masked (absorbing-state) block diffusion: LLaDA 2.x, SDAR, LLaDA, Dream (harness.engine.masked)
 
     @classmethod
     def drafted_by_diffusion(cls) -> tuple[DecoderKind, ...]:
         """The kinds whose tokens the sampler group's denoising loop drafts (their runs record its knobs)."""
-        return (cls.DIFFUSION, cls.SELF_SPECULATIVE, cls.ROUTED)
+        return (cls.DIFFUSION, cls.SELF_SPECULATIVE, cls.ROUTED, cls.MASKED)
 
 
 @runtime_checkable

@@ -46,7 +46,7 @@ def decoder_from_config(overrides: list[str] | None = None):
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from harness.engine.decode import decoder_for
+    from harness.engine.masked import decoder_for
     from harness.runner.configs import check_model_path, register_configs
 
     register_configs()

@@ -27,6 +27,7 @@ from harness.runner.batch_check import BatchCheckConfig, run_batch_check
 from harness.runner.configs import (
     check_decoder,
     check_eval_hub_access,
+    check_family,
     check_model_path,
     check_thinking_switch,
     model_kind,
@@ -56,6 +57,10 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     if bs != "auto" and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 1):
         raise ValueError(f"batch_size: must be an integer >= 1 or 'auto', got {bs!r}")
     kind = model_kind(cfg.model)
+    if kind == DecoderKind.MASKED:  # no memory estimate for the masked family yet: the batch is taken as given
+        if bs == "auto":
+            raise ValueError("batch_size=auto: no memory estimate for masked models yet; give an integer")
+        return bs
     if cfg.model.get("device_map"):
         if bs == "auto":
             raise ValueError("batch_size=auto needs a model on one device (the memory estimate); drop model.device_map")
@@ -140,6 +145,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     check_decoder(cfg, sampler)  # decoder=diffusers: diffusers' schedulers, a DiffusionGemma model
     ev = instantiate(cfg.eval)
     check_model_path(cfg.model)  # also: a gated hub model without a token fails here
+    check_family(cfg.model, cfg.sampler)  # masked samplers with masked models, a mask id, block lengths
     check_eval_hub_access(ev)
     check_thinking_switch(cfg.model)
     # no items, or repeated ids: fail here, before any weights load (lm-eval builds its items while it runs)
@@ -232,7 +238,7 @@ def _decode_here(
     import torch  # heavy imports only after every check passed
 
     torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
-    from harness.engine.decode import decoder_for
+    from harness.engine.masked import decoder_for  # masked models here, the rest to harness.engine.decode
     from models.expert_counter import for_decoder as count_experts
 
     model = instantiate(cfg.model)

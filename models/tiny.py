@@ -18,6 +18,8 @@ from transformers import (
     DiffusionGemmaForBlockDiffusion,
     Gemma4ForCausalLM,
     Gemma4TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
     PreTrainedTokenizerFast,
 )
 
@@ -176,6 +178,39 @@ def build_ar(out_dir: str | Path, seed: int = 0, **config_kwargs) -> Path:
     return _save(model, tok, out_dir)
 
 
+MASK = "<|mask|>"
+
+
+def build_masked(
+    out_dir: str | Path, seed: int = 0, block_length: int = 4, attention: str = "block_causal", sharpen: float = 40.0
+) -> Path:
+    """Save a random tiny masked-diffusion LM: a native Llama causal-LM class with a `<|mask|>` token added, run
+    with a block-causal (or bidirectional) 4D mask by `models.masked_diffusion`. `mask_token_id`, `block_length`
+    and `attention` are written into its config. `sharpen` scales the final norm so confidences spread over
+    (0, 1) (a random model's are all near 1 / vocab) and threshold rules have something to decide."""
+    tok = char_tokenizer()
+    tok.add_special_tokens({"mask_token": MASK})
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=(len(tok) + 7) // 8 * 8,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
+    cfg.mask_token_id, cfg.block_length, cfg.attention = tok.mask_token_id, block_length, attention
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(sharpen)
+    return _save(model, tok, out_dir)
+
+
 def _save(model, tok, out_dir) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -186,13 +221,15 @@ def _save(model, tok, out_dir) -> Path:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("kind", choices=["diffusion", "ar"])
+    p.add_argument("kind", choices=["diffusion", "ar", "masked"])
     p.add_argument("out_dir")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--canvas-length", type=int, default=16)
     p.add_argument("--sharpen", type=float, default=None, help="make a confident copy-denoiser (diffusion only)")
     a = p.parse_args()
-    if a.kind == "diffusion":
+    if a.kind == "masked":
+        print(build_masked(a.out_dir, seed=a.seed, block_length=8))
+    elif a.kind == "diffusion":
         print(build_diffusion(a.out_dir, seed=a.seed, sharpen=a.sharpen, canvas_length=a.canvas_length))
     else:
         print(build_ar(a.out_dir, seed=a.seed))

@@ -24,9 +24,14 @@ from contract.paths import register_path_resolver, resolve_model_ref
 from samplers.config import VERIFY_KNOBS, ConfidenceThresholdConfig, ConfidenceTopKConfig, EntropyBoundConfig
 from samplers.diffusers_config import DIFFUSERS_SAMPLERS
 from samplers.knobs import changed_knobs, run_name_part
+from samplers.masked import MASKED_SAMPLERS
 
 SAMPLERS = {
-    cls.name: cls for cls in (EntropyBoundConfig, ConfidenceTopKConfig, ConfidenceThresholdConfig, *DIFFUSERS_SAMPLERS)
+    **{
+        cls.name: cls
+        for cls in (EntropyBoundConfig, ConfidenceTopKConfig, ConfidenceThresholdConfig, *DIFFUSERS_SAMPLERS)
+    },
+    **MASKED_SAMPLERS,
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -69,7 +74,7 @@ def run_name(
         for k in VERIFY_KNOBS:
             s.pop(k, None)
     parts = [str(m.get("name", "model")) + (f"+lora-{Path(str(m['adapter'])).name}" if m.get("adapter") else "")]
-    if model_kind(model) == DecoderKind.DIFFUSION:
+    if model_kind(model) in (DecoderKind.DIFFUSION, DecoderKind.MASKED):
         cls = SAMPLERS.get(str(s.get("name")))
         defaults = asdict(cls()) if cls else {}
         knobs = [run_name_part(k, v) for k, v in changed_knobs(s, defaults).items()]
@@ -207,3 +212,50 @@ def check_decoder(cfg: DictConfig, sampler) -> None:
         raise ValueError(f"model.compile: decoder=diffusers runs the model uncompiled, got {cfg.model.compile!r}")
     if importlib.util.find_spec("diffusers") is None:
         raise ValueError("decoder=diffusers: diffusers is not installed (pip install --no-deps diffusers==0.42.1)")
+
+
+def check_family(model: DictConfig, sampler: DictConfig) -> None:
+    """Masked samplers go with masked models and uniform-state ones with the others; a masked model needs a mask
+    id and a block length (the yaml's, or for a local checkpoint its config / tokenizer files), and a sampler
+    block length must divide the model's. Reads no weights."""
+    kind, masked_sampler = model_kind(model), sampler.get("family") == "masked"
+    if kind == DecoderKind.MASKED and not masked_sampler:
+        raise ValueError(
+            f"sampler={sampler.get('name')}: a uniform-state sampler on a masked model ({model.get('name')}); "
+            f"use one of {sorted(MASKED_SAMPLERS)}"
+        )
+    if kind != DecoderKind.MASKED and masked_sampler:
+        raise ValueError(f"sampler={sampler.get('name')}: a masked sampler needs a masked model (model.kind=masked)")
+    if kind != DecoderKind.MASKED:
+        return
+    from models.masked_diffusion import check_masked_model
+
+    attention, context = str(model.get("attention")), str(model.get("context"))
+    check_masked_model(attention, context, bool(model.get("shifted_logits")), model.get("block_length"))
+    found = _checkpoint_fields(model)
+    mask_id = model.get("mask_token_id", None)
+    if mask_id is None and found.get("mask_token_id") is None:
+        raise ValueError(
+            "model.mask_token_id: not set, and the checkpoint's config / tokenizer names no mask token (set it in "
+            "the model yaml; a hub model's config is not read before loading)"
+        )
+    block = model.get("block_length") or found.get("block_length")
+    if not block:
+        raise ValueError("model.block_length: not set, and the checkpoint's config has none")
+    sb = sampler.get("block_length")
+    if sb and block % sb:
+        raise ValueError(f"sampler.block_length: {sb} must divide the model's block length {block}")
+
+
+def _checkpoint_fields(model: DictConfig) -> dict:
+    """`mask_token_id` / `block_length` from a local checkpoint's config.json and tokenizer files (none for a hub
+    id)."""
+    p = Path(resolve_model_ref(str(model.path), "model.path"))
+    if not p.is_dir():
+        return {}
+    cfg = json.loads((p / "config.json").read_text())
+    out = {"mask_token_id": cfg.get("mask_token_id"), "block_length": cfg.get("block_length") or cfg.get("block_size")}
+    tok = p / "tokenizer_config.json"
+    if out["mask_token_id"] is None and tok.is_file() and json.loads(tok.read_text()).get("mask_token"):
+        out["mask_token_id"] = "tokenizer"
+    return out

@@ -1,0 +1,126 @@
+"""Our masked decoder against diffusers' LLaDA2Pipeline on the same tiny block-causal model, greedy.
+
+512-token prompts, 4 blocks of 32 new tokens, batch 1 and 16: the two must write identical tokens (checked
+before timing), then they are timed interleaved round by round in one process and compared by medians. The
+pipeline recomputes the whole prefix every step; ours runs the prompt once and then one block per step over the
+exact K/V cache, and skips the pipeline's no-op forward after a block's last mask (forwards are reported).
+
+    python -m bench.cpu.masked_bench [--quick] [--out-dir DIR]
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.cpu.common import (
+    OUT_DIR,
+    interleaved,
+    machine_info,
+    median,
+    print_machine,
+    quick_cli,
+    ratio_stats,
+    table,
+    write_json,
+)
+from contract.records import GenerationRequest
+from harness.engine.masked import MaskedDiffusionDecoder
+from models.masked_diffusion import MaskedDiffusionAdapter, ReferenceModel
+from models.tiny import build_masked
+from samplers.masked import BlockRefinementConfig
+
+FULL = {"prompt": 512, "block": 32, "blocks": 4, "batches": (1, 16), "repeats": 5}
+QUICK = {"prompt": 64, "block": 8, "blocks": 4, "batches": (1, 4), "repeats": 2}
+SAMPLER = {"threshold": 0.9, "steps_per_block": 8}
+
+
+def _pipeline(ad: MaskedDiffusionAdapter, block: int):
+    from diffusers import BlockRefinementScheduler, LLaDA2Pipeline
+
+    pipe = LLaDA2Pipeline(model=ReferenceModel(ad, block), scheduler=BlockRefinementScheduler(), tokenizer=ad.tokenizer)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _contenders(ad, reqs: list[GenerationRequest], block: int, gen: int, eos: int) -> dict[str, Any]:
+    """Two callables returning (token lists cut after EOS, forwards): ours at len(reqs) rows, and the pipeline on
+    the same prompts in one batch (equal prompt lengths, so its batch pads nothing)."""
+    cfg = BlockRefinementConfig(**SAMPLER)
+    pipe = _pipeline(ad, block)
+
+    def ours():
+        out = MaskedDiffusionDecoder(ad, cfg).generate(reqs)
+        return [r.token_ids for r in out], max(r.nfe for r in out)
+
+    def reference():
+        n = [0]
+
+        def count(p, i, t, kw):
+            n[0] += 1
+            return kw
+
+        seqs = pipe(
+            input_ids=torch.tensor([r.prompt_ids for r in reqs]), use_chat_template=False, gen_length=gen,
+            block_length=block, num_inference_steps=cfg.steps_per_block, temperature=0.0, threshold=cfg.threshold,
+            editing_threshold=None, minimal_topk=1, eos_token_id=eos, mask_token_id=ad.mask_id, output_type="seq",
+            callback_on_step_end=count,
+        ).sequences.tolist()  # fmt: skip
+        return [s[: s.index(eos) + 1] if eos in s else s for s in seqs], n[0]
+
+    return {"ours": ours, "llada2_pipeline": reference}
+
+
+def _batch_row(ad, cfg: dict, batch: int, rng: random.Random) -> dict[str, Any]:
+    gen, block = cfg["block"] * cfg["blocks"], cfg["block"]
+    eos = next(iter(ad.eos_ids))
+    chars = list(range(10, 100))
+    reqs = [
+        GenerationRequest(str(i), [rng.choice(chars) for _ in range(cfg["prompt"])], seed=i, max_new_tokens=gen)
+        for i in range(batch)
+    ]
+    fns = _contenders(ad, reqs, block, gen, eos)
+    (ours_tok, ours_fw), (ref_tok, ref_fw) = fns["ours"](), fns["llada2_pipeline"]()
+    if ours_tok != ref_tok:
+        raise AssertionError(f"batch {batch}: our tokens differ from LLaDA2Pipeline's")
+    times = interleaved({k: (lambda f=f: f()) for k, f in fns.items()}, repeats=cfg["repeats"], warmup=0)
+    tokens = sum(map(len, ours_tok))
+    return {
+        "batch": batch,
+        "prompt_tokens": cfg["prompt"],
+        "new_tokens_per_row": gen,
+        "identical_tokens": True,
+        "ours_s": median(times["ours"]),
+        "pipeline_s": median(times["llada2_pipeline"]),
+        **ratio_stats(times["llada2_pipeline"], times["ours"]),
+        "ours_forwards": ours_fw,
+        "pipeline_forwards": ref_fw,
+        "ours_tokens_per_s": tokens / median(times["ours"]),
+        "pipeline_tokens_per_s": tokens / median(times["llada2_pipeline"]),
+    }
+
+
+def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = False) -> dict[str, Any]:
+    cfg = QUICK if quick else FULL
+    info = machine_info()
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_masked(Path(tmp) / "masked", block_length=cfg["block"])
+        ad = MaskedDiffusionAdapter(str(path), dtype="float32", context="cache")
+        rows = [_batch_row(ad, cfg, b, rng) for b in cfg["batches"]]
+    payload = {"machine": info, "config": {**cfg, "sampler": SAMPLER}, "rows": rows}
+    out = write_json("masked_bench", payload, out_dir or OUT_DIR)
+    if not quiet:
+        print_machine(info)
+        cols = ["batch", "ours_s", "pipeline_s", "ratio_of_medians", "median_round_ratio", "ours_forwards"]
+        print(table(rows, [*cols, "pipeline_forwards", "ours_tokens_per_s", "pipeline_tokens_per_s"]))
+        print(f"wrote {out}")
+    return payload
+
+
+if __name__ == "__main__":
+    quick_cli(__doc__, run)

@@ -1,0 +1,278 @@
+"""The masked (absorbing-state) block-diffusion decode loop: requests stream in, finished samples stream out.
+
+    admit   queued requests into free rows: a row's first block holds its prompt's tail and mask tokens
+    step    one forward for every busy row, each at its own block and step (`models.masked_diffusion`), then
+            the sampler's draw and fill / edit rule (`samplers.masked`), then one host read
+    commit  per row: the filled / edited tokens, EOS, the block's end (no mask left and nothing more to edit,
+            or the step / editing cap), the next block
+    retire  rows whose sequence ended (EOS, stop string, length) leave; their rows are refilled next step
+
+A row's blocks are LLaDA2Pipeline's: aligned at absolute position 0 (the prompt included), `ceil((prompt +
+max_new_tokens) / L)` of them, positions past prompt + max_new_tokens hidden from attention, and one row decodes
+exactly as LLaDA2Pipeline decodes it alone (tests/test_masked_decode.py): same schedule, same rule, same EOS
+check, same block-end rule. The one difference is a forward the pipeline spends and we do not: with editing off,
+the pipeline runs one more forward after a block's last mask is filled, which changes nothing.
+Random numbers: `samplers.streams` uniforms keyed by (sample seed, block index, forward in the block, position).
+TPF: valid output tokens / denoising forwards (`nfe`), the one rule of `contract.records`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+
+import torch
+
+from contract.decoding import DecoderKind
+from contract.records import GenerationRequest, GenerationResult, check_request
+from contract.text import cut_at_stop
+from models.masked_diffusion import BlockQuery
+from samplers import streams
+from samplers.masked import MaskedSamplerConfig, draw, refine, remask, transfer_schedule
+
+
+@dataclass
+class _Row:
+    """Host state of one request in flight: its sequence so far and where it is in its current block."""
+
+    req: GenerationRequest
+    result: GenerationResult
+    admitted: float
+    seq: list[int]  # prompt + committed blocks (everything before the current block)
+    block: list[int]
+    prompt_len: int
+    gen_end: int  # prompt + max_new_tokens: later positions are hidden and never returned
+    end: int  # the last block's end
+    schedule: list[int]
+    step_idx: int = 0  # steps with masks left, as LLaDA2Pipeline counts them
+    post_steps: int = 0  # editing forwards after the block's last mask
+    forwards: int = 0  # forwards in this block (the random stream's step key)
+    finished: bool = False  # EOS committed with no mask before it
+    fills: list[int] = field(default_factory=list)
+
+    @property
+    def block_index(self) -> int:
+        return len(self.seq) // len(self.block)
+
+
+@dataclass
+class _StepOut:
+    """What the host reads after a step, per busy row."""
+
+    block: list[list[int]]
+    changed: list[list[bool]]  # filled or edited this step
+    filled: list[int]
+    edited: list[int]
+    remasked: list[int]
+
+
+class MaskedDiffusionDecoder:
+    """`contract.decoding.Decoder` over `models.masked_diffusion.MaskedDiffusionAdapter`, continuous batching."""
+
+    label = DecoderKind.MASKED
+    resumable = True
+
+    def __init__(self, model, sampler: MaskedSamplerConfig):
+        self.model, self.sampler, self.tokenizer = model, sampler, model.tokenizer
+        # a block-causal model attends in the decode's blocks (as LLaDA 2.x's own generate builds its mask)
+        self.block_length = sampler.block_length or model.block_length
+
+    def encode(self, prompt) -> list[int]:
+        return self.model.encode(prompt)
+
+    def describe(self) -> dict:
+        knobs = self.sampler.knobs()
+        return {**self.model.describe(), "label": self.label, "sampler": knobs, "decode_block": self.block_length}
+
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        out = {r.sample_id: r for r in self.stream(requests, batch_size=max(1, len(requests)))}
+        return [out[r.sample_id] for r in requests]
+
+    @torch.no_grad()
+    def stream(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
+        """At most `batch_size` rows in flight; each result is yielded the moment its row ends."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        queue, rows = iter(requests), [None] * batch_size
+        state = self.model.open(batch_size)
+        while True:
+            self._admit(rows, queue)
+            busy = [i for i, r in enumerate(rows) if r is not None]
+            if not busy:
+                return
+            t0 = time.perf_counter()
+            out = self._step(state, [rows[i] for i in busy], busy)
+            ended = [i for k, i in enumerate(busy) if self._commit(rows[i], out, k)]
+            now = time.perf_counter()
+            for i in busy:
+                rows[i].result.wall_time_s += (now - t0) / len(busy)
+            for i in ended:
+                yield self._retire(state, rows, i, now)
+
+    # ----------------------------------------------------------------------------------------------
+    # admit
+
+    def _admit(self, rows: list, queue) -> None:
+        free = [i for i, r in enumerate(rows) if r is None]
+        for i, req in zip(free, islice(queue, len(free)), strict=False):
+            rows[i] = self._start(req)
+
+    def _start(self, req: GenerationRequest) -> _Row:
+        check_request(req)
+        n, p, mask = self.block_length, len(req.prompt_ids), self.model.mask_id
+        start = p // n * n
+        gen_end = p + req.max_new_tokens
+        res = GenerationResult(req.sample_id, [], "", 0, prompt_tokens=p)
+        steps = self.sampler.steps_for(req.max_new_tokens, n)
+        tail = list(req.prompt_ids[start:])
+        block = tail + [mask] * (n - len(tail))
+        return _Row(
+            req, res, time.perf_counter(), list(req.prompt_ids[:start]), block, p, gen_end,
+            -(-gen_end // n) * n, transfer_schedule(n, steps),
+        )  # fmt: skip
+
+    # ----------------------------------------------------------------------------------------------
+    # step
+
+    def _step(self, state, rows: list[_Row], at: list[int]) -> _StepOut:
+        """One forward for every busy row, then the draw and the fill / edit / re-mask rule, then one host read."""
+        cfg, model, n, dev = self.sampler, self.model, self.block_length, self.model.device
+        mask = model.mask_id
+        for r in rows:
+            if mask not in r.block:
+                r.post_steps += 1
+        queries = [BlockQuery(i, r.seq, r.block, r.gen_end) for i, r in zip(at, rows, strict=True)]
+        logits = model.forward(state, queries, n)
+        u = None
+        if cfg.temperature > 0:
+            key = [[r.req.seed for r in rows], [r.block_index for r in rows], [r.forwards for r in rows]]
+            seed, canvas, step = torch.tensor(key, dtype=torch.long, device=dev)
+            u = streams.uniforms(seed, canvas, step, n)
+        tok, prob = draw(logits, cfg, u)
+        block = torch.tensor([r.block for r in rows], device=dev)
+        start = torch.tensor([len(r.seq) for r in rows], device=dev)[:, None] + torch.arange(n, device=dev)
+        editable = start >= torch.tensor([r.prompt_len for r in rows], device=dev)[:, None]
+        shares = [self._share(r) for r in rows]
+        new, fill, edit = refine(
+            block, tok, prob, torch.tensor(shares, device=dev), editable, mask, cfg.threshold, cfg.editing_threshold
+        )
+        remasked = torch.zeros_like(fill)
+        if cfg.remask_ratio > 0:
+            last = torch.tensor([r.step_idx + 1 >= len(r.schedule) for r in rows], device=dev)[:, None]
+            before = (block != mask) & editable & ~last
+            out = remask(new, logits, before, cfg.remask_ratio, mask)
+            remasked = out != new
+            new = out
+        host = torch.cat([new, fill | edit, fill.sum(-1, keepdim=True), edit.sum(-1, keepdim=True)], dim=1)
+        host = torch.cat([host.long(), remasked.sum(-1, keepdim=True)], dim=1).cpu().tolist()  # the one read
+        return _StepOut(
+            [h[:n] for h in host], [[bool(x) for x in h[n : 2 * n]] for h in host],
+            [h[2 * n] for h in host], [h[2 * n + 1] for h in host], [h[2 * n + 2] for h in host],
+        )  # fmt: skip
+
+    def _share(self, r: _Row) -> int:
+        """This step's fill share: the schedule's (clamped at its last step, as diffusers); with re-masking at least
+        the masks left over the steps left, so the block ends filled."""
+        s = min(r.step_idx, len(r.schedule) - 1)
+        share = r.schedule[s]
+        if self.sampler.remask_ratio > 0:
+            left = r.block.count(self.model.mask_id)
+            share = max(share, math.ceil(left / max(1, len(r.schedule) - r.step_idx)))
+        return share
+
+    # ----------------------------------------------------------------------------------------------
+    # commit
+
+    def _commit(self, r: _Row, out: _StepOut, k: int) -> bool:
+        """Take row k's step; returns whether the row's sequence ended. The block-end rule is LLaDA2Pipeline's
+        `check_block_should_continue` for one row, less its no-op forward (editing off, block filled)."""
+        cfg, mask = self.sampler, self.model.mask_id
+        had_masks = mask in r.block
+        r.block = out.block[k]
+        res = r.result
+        res.nfe += 1
+        res.row_forwards += 1
+        r.forwards += 1
+        r.fills.append(out.filled[k])
+        if out.remasked[k]:
+            res.extra["remasked"] = res.extra.get("remasked", 0) + out.remasked[k]
+        if out.edited[k]:
+            res.extra["edited"] = res.extra.get("edited", 0) + out.edited[k]
+        if cfg.eos_early_stop and self._eos_committed(r, out.changed[k]):
+            r.finished = True
+        if had_masks:
+            r.step_idx += 1
+        if r.finished:
+            return True
+        if had_masks:
+            capped = r.step_idx >= len(r.schedule)
+            done = capped or (mask not in r.block and not cfg.editing)
+        else:
+            capped = r.post_steps > cfg.max_post_steps
+            done = capped or not out.edited[k]
+        return done and self._next_block(r, capped and (mask in r.block or not had_masks))
+
+    def _eos_committed(self, r: _Row, changed: list[bool]) -> bool:
+        """diffusers' check: an EOS among this step's commits, and the first EOS of the sequence after the prompt
+        with no mask between the prompt and it."""
+        eos = self.model.eos_ids
+        if not any(c and t in eos for c, t in zip(changed, r.block, strict=True)):
+            return False
+        full = r.seq + r.block
+        first = next(i for i, t in enumerate(full) if t in eos)
+        return first >= r.prompt_len and self.model.mask_id not in full[r.prompt_len : first]
+
+    def _next_block(self, r: _Row, capped: bool) -> bool:
+        """The block is final: append it; the row ends at its last block or a stop string, else opens the next."""
+        res = r.result
+        res.steps_per_canvas.append(r.forwards)
+        res.accepted_per_step.append(r.fills)
+        res.step_cap_hits += int(capped)
+        if res.ttft_s is None and len(r.seq) + len(r.block) > r.prompt_len:
+            res.ttft_s = time.perf_counter() - r.admitted
+        r.seq = r.seq + r.block
+        r.block = [self.model.mask_id] * len(r.block)
+        r.step_idx = r.post_steps = r.forwards = 0
+        r.fills = []
+        if len(r.seq) >= r.end:
+            return True
+        if r.req.stop_strings:
+            out = r.seq[r.prompt_len : r.gen_end]
+            return cut_at_stop(self.tokenizer, out, self.model.eos_ids, r.req.stop_strings)[2] != "length"
+        return False
+
+    # ----------------------------------------------------------------------------------------------
+    # retire
+
+    def _retire(self, state, rows: list, i: int, now: float) -> GenerationResult:
+        r, rows[i] = rows[i], None
+        self.model.release(state, i)
+        res = r.result
+        if r.finished:  # ended mid-block: its block is part of the output
+            res.steps_per_canvas.append(r.forwards)
+            res.accepted_per_step.append(r.fills)
+            r.seq = r.seq + r.block
+        toks, text, reason = cut_at_stop(
+            self.tokenizer, r.seq[r.prompt_len : r.gen_end], self.model.eos_ids, r.req.stop_strings
+        )
+        res.token_ids, res.text, res.finished_by = toks, text, reason
+        res.latency_s = now - r.admitted
+        if res.ttft_s is None:
+            res.ttft_s = res.latency_s
+        return res
+
+
+def decoder_for(model, sampler):
+    """The decoder for a built model: masked adapters get this loop; everything else `harness.engine.decode`'s."""
+    if getattr(model, "kind", None) == DecoderKind.MASKED:
+        if not isinstance(sampler, MaskedSamplerConfig):
+            raise ValueError(f"sampler={sampler.name}: a uniform-state sampler on a masked model; use a masked sampler")
+        return MaskedDiffusionDecoder(model, sampler)
+    if isinstance(sampler, MaskedSamplerConfig):
+        raise ValueError(f"sampler={sampler.name}: a masked sampler needs a masked model (model.kind=masked)")
+    from harness.engine.decode import decoder_for as uniform_decoder_for
+
+    return uniform_decoder_for(model, sampler)

@@ -1,0 +1,283 @@
+"""Adapter over masked (absorbing-state) block-diffusion LMs: LLaDA 2.x, SDAR, LLaDA, Dream, and our tiny twins.
+
+The model is any module taking `input_ids`, a 4D boolean `attention_mask` and `position_ids` and returning
+`.logits` (the contract diffusers' LLaDA2Pipeline relies on). Attention is chosen by config, never guessed:
+`block_causal` (LLaDA 2.x, SDAR: a query in block i sees keys in blocks <= i; blocks are aligned at absolute
+position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dream). Three context paths
+(`context`, recorded in `describe()`):
+
+- `recompute`: every step runs the row's whole prefix plus its current block (LLaDA2Pipeline's way; exact).
+- `cache`: block-causal models only. A committed block's K/V never change, so they are kept per row and a step
+  runs only the current block, plus the positions committed since the row's last step (the prompt's whole
+  blocks at its first step, the previous block at the first step of a block): no extra forward. Exact.
+- `prefix_cache`: the same on a bidirectional model, Fast-dLLM's approximate prefix cache (a block's K/V are
+  computed once, at the step after its commit, and never refreshed; Fast-dLLM refreshes at each block start).
+
+`shifted_logits` (Dream): logits at position i predict token i + 1 (recompute path only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from contract.decoding import DecoderKind
+from contract.paths import resolve_model_ref
+from contract.text import Prompt, default_eos_ids, encode_prompt
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
+ATTENTIONS = ("block_causal", "bidirectional")
+CONTEXTS = ("recompute", "cache", "prefix_cache")
+AUTO_CLASSES = {"causal_lm": AutoModelForCausalLM, "model": AutoModel}
+
+
+def check_masked_model(attention: str, context: str, shifted_logits: bool, block_length: int | None = None) -> None:
+    """The adapter's own knobs; run before loading (harness.runner.configs) and again by the adapter."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"model.attention: must be one of {ATTENTIONS}, got {attention!r}")
+    if context not in CONTEXTS:
+        raise ValueError(f"model.context: must be one of {CONTEXTS}, got {context!r}")
+    if context == "cache" and attention != "block_causal":
+        raise ValueError(
+            "model.context=cache is exact only for block-causal models; a bidirectional model's prefix K/V change "
+            "with every later token: use context=recompute, or context=prefix_cache (approximate, Fast-dLLM)"
+        )
+    if context == "prefix_cache" and attention != "bidirectional":
+        raise ValueError("model.context=prefix_cache is the approximation for bidirectional models; use context=cache")
+    if shifted_logits and context != "recompute":
+        raise ValueError("model.shifted_logits: only with model.context=recompute (the cached paths run no prefix)")
+    if block_length is not None and (not isinstance(block_length, int) or block_length < 1):
+        raise ValueError(f"model.block_length: must be null or an integer >= 1, got {block_length!r}")
+
+
+def block_mask(
+    qpos: torch.Tensor, kpos: torch.Tensor, kvalid: torch.Tensor, block_length: int, block_causal: bool
+) -> torch.Tensor:
+    """(B, 1, Q, K) bool: what each query sees. Keys are `kvalid` and, block-causally, in the query's block or
+    before it; the last Q key columns are the queries' own, and every query sees its own key (a padding query
+    then sees something, and a query past the request's length, whose key is hidden, still sees itself)."""
+    ok = kvalid[:, None, :].expand(-1, qpos.shape[1], -1)
+    if block_causal:
+        ok = ok & ((kpos[:, None, :] // block_length) <= (qpos[:, :, None] // block_length))
+    q = qpos.shape[1]
+    eye = torch.eye(q, dtype=torch.bool, device=qpos.device)
+    ok = torch.cat([ok[..., :-q], ok[..., -q:] | eye], dim=-1)
+    return ok[:, None]
+
+
+@dataclass
+class BlockQuery:
+    """One row's step: the tokens before its current block, the block, and where the request's length ends
+    (keys at or past `valid_end` are hidden, as LLaDA2Pipeline's attention mask hides the block-aligned tail)."""
+
+    row: int
+    prefix: list[int]
+    block: list[int]
+    valid_end: int
+
+    @property
+    def start(self) -> int:
+        return len(self.prefix)
+
+
+@dataclass
+class ContextState:
+    """Per-row cached K/V (cache paths): row r holds positions 0..lengths[r]-1 of its sequence."""
+
+    lengths: list[int]
+    keys: list[torch.Tensor] = field(default_factory=list)  # per layer (rows, kv_heads, capacity, head_dim)
+    values: list[torch.Tensor] = field(default_factory=list)
+
+
+class MaskedDiffusionAdapter:
+    """Loads a masked block-diffusion LM (hub id or local folder) and runs one refinement forward for many rows."""
+
+    kind = DecoderKind.MASKED
+
+    def __init__(
+        self,
+        path: str,
+        name: str | None = None,
+        dtype: str = "auto",
+        device: str = "cpu",
+        attention: str = "block_causal",
+        context: str = "recompute",
+        mask_token_id: int | None = None,
+        block_length: int | None = None,
+        shifted_logits: bool = False,
+        trust_remote_code: bool = False,
+        auto_class: str = "causal_lm",
+        eos_token_ids: list[int] | None = None,
+        enable_thinking: bool | None = None,
+        num_threads: int | None = None,
+        revision: str | None = None,
+        attn_implementation: str | None = None,
+    ):
+        check_masked_model(attention, context, shifted_logits, block_length)
+        if dtype not in DTYPES:
+            raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
+        if auto_class not in AUTO_CLASSES:
+            raise ValueError(f"model.auto_class: must be one of {sorted(AUTO_CLASSES)}, got {auto_class!r}")
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        path = resolve_model_ref(path, "model.path")
+        self.path, self.name = path, name or Path(path).name
+        kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision, "trust_remote_code": trust_remote_code}
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        model = AUTO_CLASSES[auto_class].from_pretrained(path, **kwargs).eval().to(device)
+        tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+        self.attention, self.context, self.shifted_logits = attention, context, shifted_logits
+        self.bind(model, tok, mask_token_id, block_length, eos_token_ids, enable_thinking)
+
+    def bind(self, model, tokenizer, mask_token_id, block_length, eos_token_ids, enable_thinking=None) -> None:
+        """Mask id and block length: the config yaml's, else the checkpoint config's, else the tokenizer's."""
+        self.model, self.tokenizer, self.enable_thinking = model, tokenizer, enable_thinking
+        cfg = model.config
+        self.mask_id = mask_token_id if mask_token_id is not None else getattr(cfg, "mask_token_id", None)
+        self.mask_id = self.mask_id if self.mask_id is not None else tokenizer.mask_token_id
+        if self.mask_id is None:
+            raise ValueError("model.mask_token_id: none in the config yaml, the checkpoint's config or its tokenizer")
+        if tokenizer.mask_token_id is not None and tokenizer.mask_token_id != self.mask_id:
+            raise ValueError(
+                f"model.mask_token_id: {self.mask_id}, but the tokenizer's mask token {tokenizer.mask_token!r} is "
+                f"{tokenizer.mask_token_id}"
+            )
+        self.block_length = block_length or getattr(cfg, "block_length", None) or getattr(cfg, "block_size", None)
+        if not self.block_length:
+            raise ValueError("model.block_length: none in the config yaml or the checkpoint's config")
+        self.device, self.dtype = model.device, model.dtype
+        self.vocab_size = cfg.get_text_config().vocab_size
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else -1
+        self.eos_ids = set(eos_token_ids or default_eos_ids(model.generation_config, tokenizer))
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        return encode_prompt(self.tokenizer, prompt, self.enable_thinking)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model": self.name,
+            "path": self.path,
+            "dtype": str(self.dtype),
+            "device": str(self.device),
+            "attention": self.attention,
+            "context": self.context,
+            "context_exact": self.context != "prefix_cache",
+            "shifted_logits": self.shifted_logits,
+            "mask_token_id": self.mask_id,
+            "block_length": self.block_length,
+            "vocab_size": self.vocab_size,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+        }
+
+    # ----------------------------------------------------------------------------------------------
+
+    def open(self, rows: int) -> ContextState:
+        return ContextState(lengths=[0] * rows)
+
+    def release(self, state: ContextState, row: int) -> None:
+        state.lengths[row] = 0
+
+    @torch.no_grad()
+    def forward(self, state: ContextState, queries: list[BlockQuery], block_length: int) -> torch.Tensor:
+        """(len(queries), L, V) logits of each row's current block (L = `block_length`, the decode block; for a
+        block-causal model also its attention block)."""
+        if self.context == "recompute":
+            return self._recompute(queries, block_length)
+        return self._cached(state, queries, block_length)
+
+    def _call(self, ids, qpos, mask) -> torch.Tensor:
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=qpos, use_cache=False).logits
+
+    def _recompute(self, queries: list[BlockQuery], block: int) -> torch.Tensor:
+        dev = self.device
+        seqs = [q.prefix + q.block for q in queries]
+        w = max(map(len, seqs))
+        ids = torch.tensor([s + [self.mask_id] * (w - len(s)) for s in seqs], device=dev)
+        pos = torch.arange(w, device=dev).expand(len(seqs), -1)
+        ends = torch.tensor([min(len(s), q.valid_end) for s, q in zip(seqs, queries, strict=True)], device=dev)
+        mask = block_mask(pos, pos, pos < ends[:, None], block, self.attention == "block_causal")
+        logits = self._call(ids, pos, mask)
+        shift = int(self.shifted_logits)
+        at = torch.tensor([q.start for q in queries], device=dev)[:, None] + torch.arange(block, device=dev) - shift
+        return logits.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, logits.shape[-1]))
+
+    def _cached(self, state: ContextState, queries: list[BlockQuery], block: int) -> torch.Tensor:
+        """The current blocks plus each row's not yet cached prefix, over the rows' cached K/V (left-padded so
+        every row's block is the last L columns)."""
+        dev = self.device
+        pend = [q.prefix[state.lengths[q.row] :] for q in queries]
+        w = max(map(len, pend)) + block
+        rows = [q.row for q in queries]
+        t = max(state.lengths[r] for r in rows)
+        ids, qpos, real = [], [], []
+        for q, p in zip(queries, pend, strict=True):
+            pad = w - len(p) - block
+            ids.append([self.mask_id] * pad + p + q.block)
+            qpos.append([0] * pad + list(range(state.lengths[q.row], q.start + block)))
+            real.append([False] * pad + [True] * (len(p) + block))
+        ids, qpos = torch.tensor(ids, device=dev), torch.tensor(qpos, device=dev)
+        lengths = torch.tensor([state.lengths[r] for r in rows], device=dev)[:, None]
+        cached = torch.arange(t, device=dev)[None, :] < lengths
+        ends = torch.tensor([q.valid_end for q in queries], device=dev)[:, None]
+        kvalid = torch.cat([cached, torch.tensor(real, device=dev) & (qpos < ends)], dim=1)
+        kpos = torch.cat([torch.arange(t, device=dev).expand(len(rows), -1), qpos], dim=1)
+        mask = block_mask(qpos, kpos, kvalid, block, self.attention == "block_causal")
+        idx = torch.tensor(rows, device=dev)
+        kv = zip(state.keys, state.values, strict=True)
+        cache = DynamicCache(ddp_cache_data=[(k[idx, :, :t], v[idx, :, :t]) for k, v in kv] if t else None)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=qpos, past_key_values=cache, use_cache=True)
+        self._store(state, rows, [len(p) for p in pend], cache, t, w - block)
+        return out.logits[:, -block:]
+
+    def _store(self, state: ContextState, rows: list[int], n_new: list[int], cache, t: int, w: int) -> None:
+        """Append each row's newly computed prefix K/V (the columns just before its block) to its cache."""
+        layers = cache.layers
+        if not state.keys:
+            k0 = layers[0].keys
+            shape = (len(state.lengths), k0.shape[1], 64, k0.shape[3])
+            state.keys = [k0.new_zeros(shape) for _ in layers]
+            state.values = [k0.new_zeros(shape) for _ in layers]
+        need = max(state.lengths[r] + n for r, n in zip(rows, n_new, strict=True))
+        if need > state.keys[0].shape[2]:
+            cap = max(need, 2 * state.keys[0].shape[2])
+            grow = lambda x: torch.cat([x, x.new_zeros(*x.shape[:2], cap - x.shape[2], x.shape[3])], dim=2)  # noqa: E731
+            state.keys, state.values = [grow(k) for k in state.keys], [grow(v) for v in state.values]
+        for i, (r, n) in enumerate(zip(rows, n_new, strict=True)):
+            if not n:
+                continue
+            at = state.lengths[r]
+            for layer, k, v in zip(layers, state.keys, state.values, strict=True):
+                k[r, :, at : at + n] = layer.keys[i, :, t + w - n : t + w]
+                v[r, :, at : at + n] = layer.values[i, :, t + w - n : t + w]
+            state.lengths[r] = at + n
+
+
+class ReferenceModel(torch.nn.Module):
+    """The adapter's model as diffusers' LLaDA2Pipeline calls it (`input_ids`, a 2D padding mask, `position_ids`):
+    the 2D mask becomes the same 4D mask the adapter builds, so the pipeline runs the very model we decode."""
+
+    def __init__(self, adapter: MaskedDiffusionAdapter, block_length: int):
+        super().__init__()
+        self.inner, self.block_length, self.attention = adapter.model, block_length, adapter.attention
+        self.config = adapter.model.config
+
+    @property
+    def device(self) -> torch.device:
+        return self.inner.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.inner.dtype
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **_):
+        valid = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        pos = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        pos = pos if position_ids is None else position_ids
+        mask = block_mask(pos, pos, valid, self.block_length, self.attention == "block_causal")
+        return self.inner(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=False)

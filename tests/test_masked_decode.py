@@ -1,0 +1,204 @@
+"""The masked decoder against diffusers' LLaDA2Pipeline + BlockRefinementScheduler on tiny block-causal models.
+
+The pipeline runs the very model we decode (`ReferenceModel`: its 2D padding mask becomes our 4D block-causal
+mask). Weights in float64, so a near-tie of two confidences cannot flip between the pipeline's whole-prefix
+forwards and our cached ones. Greedy: token for token, at batch 1 and 8, block lengths 4 and 8, editing on and
+off, prompts of different lengths, EOS rare and frequent; the exact cache equals full recompute.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from diffusers import BlockRefinementScheduler, LLaDA2Pipeline
+
+from contract.records import GenerationRequest
+from harness.engine.masked import MaskedDiffusionDecoder, decoder_for
+from models.masked_diffusion import MaskedDiffusionAdapter, ReferenceModel
+from models.tiny import build_masked
+from samplers.config import EntropyBoundConfig
+from samplers.masked import BlockRefinementConfig, FastDllmConfig, LowConfidenceConfig, ReMDMConfig
+
+TEXTS = [
+    "Hi",
+    "The quick brown",
+    "Once upon a time there",
+    "abc",
+    "Write a poem about the sea, please",
+    "x=1;",
+    "Hello world, how",
+    "Q: 2+2?",
+]
+G = 24  # new tokens: 3 to 7 blocks
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("masked")
+    return {n: build_masked(root / f"L{n}", block_length=n) for n in (4, 8)}
+
+
+def _adapter(path, context="cache", eos=1):
+    return MaskedDiffusionAdapter(str(path), dtype="float64", context=context, eos_token_ids=[eos], num_threads=1)
+
+
+def _requests(ad, texts=TEXTS, g=G):
+    return [GenerationRequest(str(i), ad.encode(t), seed=i, max_new_tokens=g) for i, t in enumerate(texts)]
+
+
+def _pipeline(ad, block):
+    pipe = LLaDA2Pipeline(model=ReferenceModel(ad, block), scheduler=BlockRefinementScheduler(), tokenizer=ad.tokenizer)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _reference(ad, block, prompts: list[list[int]], cfg: BlockRefinementConfig, eos: int) -> tuple[list, int]:
+    """The pipeline's sequences (cut after the first EOS) for prompts of one length, and its forward count."""
+    forwards = [0]
+
+    def count(pipe, i, t, kwargs):
+        forwards[0] += 1
+        return kwargs
+
+    seqs = _pipeline(ad, block)(
+        input_ids=torch.tensor(prompts), use_chat_template=False, gen_length=G, block_length=block,
+        num_inference_steps=cfg.steps_per_block, temperature=0.0, threshold=cfg.threshold,
+        editing_threshold=cfg.editing_threshold, max_post_steps=cfg.max_post_steps, minimal_topk=cfg.minimal_topk,
+        eos_token_id=eos, mask_token_id=ad.mask_id, output_type="seq", callback_on_step_end=count,
+    ).sequences.tolist()  # fmt: skip
+    return [s[: s.index(eos) + 1] if eos in s else s for s in seqs], forwards[0]
+
+
+def _frequent_token(path) -> int:
+    """The token the tiny model writes most: as EOS it makes rows stop early (the EOS path is exercised)."""
+    ad = _adapter(path)
+    out = MaskedDiffusionDecoder(ad, BlockRefinementConfig(steps_per_block=4)).generate(_requests(ad))
+    return Counter(t for r in out for t in r.token_ids).most_common(1)[0][0]
+
+
+CONFIGS = {
+    "thr0.7": dict(threshold=0.7, steps_per_block=4),
+    "thr0.95-edit0.5": dict(threshold=0.95, editing_threshold=0.5, steps_per_block=4),
+    "thr0.5-edit0.3-post1": dict(threshold=0.5, editing_threshold=0.3, max_post_steps=1, steps_per_block=8),
+    "steps3-edit0.6": dict(threshold=0.9, editing_threshold=0.6, steps_per_block=3),
+}
+
+
+@pytest.mark.parametrize("block", [4, 8])
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("eos_kind", ["rare", "frequent"])
+@pytest.mark.parametrize("context", ["cache", "recompute"])
+def test_greedy_equals_llada2_pipeline(checkpoints, block, name, eos_kind, context):
+    """Ours at batch 8 (8 prompts of 2-34 tokens in one continuous batch) and batch 1 vs the pipeline, one prompt
+    per call (its batches pad prompts to one length, which shifts positions and blocks)."""
+    eos = 1 if eos_kind == "rare" else _frequent_token(checkpoints[block])
+    ad = _adapter(checkpoints[block], context, eos)
+    cfg = BlockRefinementConfig(**CONFIGS[name])
+    reqs = _requests(ad)
+    ours8 = MaskedDiffusionDecoder(ad, cfg).generate(reqs)
+    ours1 = [r for q in reqs for r in MaskedDiffusionDecoder(ad, cfg).generate([q])]
+    ref = [_reference(ad, block, [q.prompt_ids], cfg, eos) for q in reqs]
+    for q, o8, o1, (seq, forwards) in zip(reqs, ours8, ours1, ref, strict=True):
+        assert o8.token_ids == seq[0], (q.sample_id, o8.token_ids, seq[0])
+        assert o1.token_ids == seq[0]
+        assert o8.nfe <= forwards  # the pipeline's extra no-op forward per block (editing off)
+        if cfg.editing:
+            assert o8.nfe == forwards
+    if eos_kind == "frequent":
+        assert any(o.finished_by == "eos" and len(o.token_ids) < G for o in ours8)
+
+
+@pytest.mark.parametrize("block", [4, 8])
+def test_batch_of_eight_equals_pipeline_batch(checkpoints, block):
+    """Eight prompts of one length in one pipeline call vs ours at batch 8 (editing off: the pipeline's block
+    loop is batch-wide, so with editing on a row may be edited while others still fill)."""
+    eos = _frequent_token(checkpoints[block])
+    ad = _adapter(checkpoints[block], "cache", eos)
+    texts = [t[:5].ljust(5, ".") for t in TEXTS]
+    reqs = _requests(ad, texts)
+    assert len({len(q.prompt_ids) for q in reqs}) == 1
+    cfg = BlockRefinementConfig(threshold=0.8, steps_per_block=4)
+    seqs, _ = _reference(ad, block, [q.prompt_ids for q in reqs], cfg, eos)
+    assert [o.token_ids for o in MaskedDiffusionDecoder(ad, cfg).generate(reqs)] == seqs
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        BlockRefinementConfig(threshold=0.8, editing_threshold=0.5, steps_per_block=4),
+        LowConfidenceConfig(),
+        FastDllmConfig(),
+        ReMDMConfig(remask_ratio=0.3),
+        BlockRefinementConfig(temperature=0.9, top_k=20, top_p=0.95, threshold=0.7),
+    ],
+    ids=["refine-edit", "low_confidence", "fast_dllm", "remdm", "sampled"],
+)
+def test_cache_equals_recompute_and_batching_changes_nothing(checkpoints, cfg):
+    """Exact cache vs full recompute, and batch 8 vs 3 rows refilled as they finish vs batch 1: the same tokens
+    (sampling included: every random number is keyed by sample, block, forward and position)."""
+    cached, full = _adapter(checkpoints[4], "cache"), _adapter(checkpoints[4], "recompute")
+    reqs = _requests(cached)
+    a = [r.token_ids for r in MaskedDiffusionDecoder(cached, cfg).generate(reqs)]
+    b = [r.token_ids for r in MaskedDiffusionDecoder(full, cfg).generate(reqs)]
+    c = {r.sample_id: r.token_ids for r in MaskedDiffusionDecoder(cached, cfg).stream(reqs, batch_size=3)}
+    d = [MaskedDiffusionDecoder(cached, cfg).generate([q])[0].token_ids for q in reqs]
+    assert a == b == [c[q.sample_id] for q in reqs] == d
+    assert sum(map(len, a)) >= 6 * G  # EOS is rare with this id: most rows run to their length
+
+
+def test_tpf_counts_denoising_forwards(checkpoints):
+    ad = _adapter(checkpoints[4])
+    out = MaskedDiffusionDecoder(ad, FastDllmConfig(threshold=0.5)).generate(_requests(ad))
+    for r in out:
+        assert r.nfe == sum(r.steps_per_canvas) and r.tpf == len(r.token_ids) / r.nfe
+        assert sum(map(sum, r.accepted_per_step)) >= len(r.token_ids)  # each output position was filled once
+    assert sum(r.num_tokens for r in out) / sum(r.nfe for r in out) > 1.0  # the threshold fills several per step
+
+
+def test_decoder_for_refuses_mixed_families(checkpoints):
+    ad = _adapter(checkpoints[4])
+    with pytest.raises(ValueError, match="uniform-state sampler on a masked model"):
+        decoder_for(ad, EntropyBoundConfig())
+    assert isinstance(decoder_for(ad, LowConfidenceConfig()), MaskedDiffusionDecoder)
+
+
+@pytest.fixture(scope="module")
+def bidirectional(tmp_path_factory):
+    return build_masked(tmp_path_factory.mktemp("bidir") / "m", block_length=4, attention="bidirectional")
+
+
+def test_bidirectional_recompute_equals_pipeline_and_prefix_cache_is_marked_approximate(bidirectional):
+    """A fully bidirectional model: full recompute equals LLaDA2Pipeline token for token (greedy, editing on);
+    the Fast-dLLM-style prefix cache runs, says it is approximate, and differs (its prefix K/V are never
+    refreshed), which is why it is not the default."""
+    kw = dict(dtype="float64", attention="bidirectional", eos_token_ids=[1], num_threads=1)
+    full = MaskedDiffusionAdapter(str(bidirectional), context="recompute", **kw)
+    approx = MaskedDiffusionAdapter(str(bidirectional), context="prefix_cache", **kw)
+    cfg = BlockRefinementConfig(threshold=0.8, editing_threshold=0.5, steps_per_block=4)
+    reqs = _requests(full)
+    ours = MaskedDiffusionDecoder(full, cfg).generate(reqs)
+    for q, o in zip(reqs, ours, strict=True):
+        assert o.token_ids == _reference(full, 4, [q.prompt_ids], cfg, 1)[0][0]
+    assert approx.describe()["context_exact"] is False and full.describe()["context_exact"] is True
+    approx_out = MaskedDiffusionDecoder(approx, cfg).generate(reqs)
+    assert [o.token_ids for o in approx_out] != [o.token_ids for o in ours]
+    with pytest.raises(ValueError, match="model.context=cache is exact only"):
+        MaskedDiffusionAdapter(str(bidirectional), context="cache", **kw)
+
+
+def test_shifted_logits_read_one_position_earlier(checkpoints):
+    """Dream's convention: the logits for block position j are the model's at position start + j - 1."""
+    from models.masked_diffusion import BlockQuery
+
+    plain = _adapter(checkpoints[4], "recompute")
+    shifted = MaskedDiffusionAdapter(
+        str(checkpoints[4]), dtype="float64", context="recompute", shifted_logits=True, num_threads=1
+    )
+    ids = plain.encode("Hello world, this is")
+    m = plain.mask_id
+    q = [BlockQuery(0, ids[:8], ids[8:10] + [m, m], 100)]
+    a, b = plain.forward(plain.open(1), q, 4), shifted.forward(shifted.open(1), q, 4)
+    assert torch.equal(b[:, 1:], a[:, :-1])  # one forward, read one position earlier
+    assert not torch.allclose(a, b)
