@@ -81,6 +81,10 @@ class BlockDiffusionAdapter(Protocol):
     def prefill(self, prompts: list[list[int]], state: Any = None, rows: list[int] | None = None, grow: int = 0) -> Any:
         """Encode prompts into rows `rows` of `state` (a fresh state of len(prompts) rows when None)."""
 
+    def prefill_whole(self, prompts: list[list[int]]) -> Any:
+        """The reference mode's state: the prompts in one forward, in the reference implementation's own cache
+        (`canvas_masks`, `denoise` and `commit` of every row accept it)."""
+
     def commit(self, state: Any, canvas: Any, rows: list[int] | None = None) -> Any:
         """Re-encode finished canvases of `rows` (rows 0..len(canvas)-1 when None) into the context."""
 

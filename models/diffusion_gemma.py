@@ -21,8 +21,9 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
-from models import fused_moe, logits_blocks, slot_attention
+from models import fused_moe, logits_blocks, reference_context, slot_attention
 from models.lora import load_adapter
+from models.reference_context import ReferenceState
 from models.slot_cache import CanvasSlots, SlotCache, bucket
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
@@ -41,6 +42,12 @@ class ContextState:
     @property
     def batch_size(self) -> int:
         return len(self.lengths)
+
+    def begin_canvas(self, b: int, c: int, device) -> torch.Tensor:
+        """Rows 0..b-1 write their canvas K/V into the slots after their contexts; the (b, c) canvas positions."""
+        starts = self.lengths[:b]
+        self.cache.begin(None, starts, c)
+        return torch.tensor(starts, device=device)[:, None] + torch.arange(c, device=device)
 
 
 class DiffusionGemmaAdapter:
@@ -185,9 +192,17 @@ class DiffusionGemmaAdapter:
         return state
 
     @torch.no_grad()
+    def prefill_whole(self, prompts: list[list[int]]) -> ReferenceState:
+        """The reference mode's prefill: the prompts in one forward into transformers' own cache
+        (`models.reference_context`: `generate()`'s order of operations, for token-for-token parity)."""
+        return reference_context.prefill(self, prompts)
+
+    @torch.no_grad()
     def commit(self, state: ContextState, canvas: torch.Tensor, rows: list[int] | None = None) -> ContextState:
         """Append finished canvases to the context: re-encode them causally into their rows' slots (over the
         canvas K/V the denoiser left there). `rows=None` commits rows 0..len(canvas)-1."""
+        if isinstance(state, ReferenceState):  # every row commits, as in generate()
+            return reference_context.commit(self, state, canvas)
         rows = list(range(canvas.shape[0])) if rows is None else list(rows)
         hidden = self.encode_canvas(state, canvas, rows)
         return self.advance(state, rows, [canvas.shape[1]] * len(rows), hidden)
@@ -261,6 +276,8 @@ class DiffusionGemmaAdapter:
     def canvas_masks(self, state: ContextState, canvas_length: int, batch: int | None = None) -> dict:
         """Decoder attention masks for canvases of rows 0..batch-1 (all rows by default) over their contexts
         (built once per batch change)."""
+        if isinstance(state, ReferenceState):
+            return reference_context.canvas_masks(self, state, canvas_length)
         rows = list(range(state.batch_size if batch is None else batch))
         return state.cache.block_masks(rows, [state.lengths[r] for r in rows], canvas_length, self.dtype)
 
@@ -296,9 +313,7 @@ class DiffusionGemmaAdapter:
             rows = [i for i in range(b) if sc_rows is None or sc_rows[i]]
             logits_blocks.self_conditioning_into(soft, sc, rows, w, scale, budget, free=out)
         hidden = dec.self_conditioning(embeds, soft)
-        starts = state.lengths[:b]
-        state.cache.begin(None, starts, c)  # rows 0..b-1 write their canvas K/V after their contexts
-        positions = torch.tensor(starts, device=canvas.device)[:, None] + torch.arange(c, device=canvas.device)
+        positions = state.begin_canvas(b, c, canvas.device)
         hidden = self._decoder_layers(hidden, positions, masks, state.cache)
         if out is None:
             out = torch.empty((b, c, self.vocab_size), dtype=torch.float32, device=canvas.device)

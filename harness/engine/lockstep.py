@@ -3,7 +3,9 @@
 Every row of a batch denoises the same canvas index at the same step from one global RNG stream, finished rows stay
 computed but frozen, and the batch commits together, as `generate()` does; so a run reproduces it token for token
 (tests/test_decode_parity.py). `harness.engine.decode.BlockDiffusionDecoder` mixes this in and takes this path for
-`random_stream=reference`; its continuous-batching path is everything else.
+`random_stream=reference`; its continuous-batching path is everything else. The contexts are the model's
+`prefill_whole` state: the whole prompt in one forward into transformers' own cache, as `generate()` keeps it
+(`models.reference_context`), so the logits are `generate()`'s bit for bit past one canvas and past the window.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class LockstepDecoding:
         model, c = self.model, self.canvas_length
         rows = [self._start(r) for r in requests]
         b = len(rows)
-        state = model.prefill([r.prompt_ids for r in requests], model.open(b, c))
+        state = model.prefill_whole([r.prompt_ids for r in requests])  # generate()'s cache, one forward
         done = [False] * b
         max_canvases = -(-max(r.max_new_tokens for r in requests) // c)
         for k in range(max_canvases):
