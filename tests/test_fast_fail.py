@@ -1,9 +1,10 @@
 """A bad config fails fast (issue 40): before torch, transformers, pandas, scipy, matplotlib or lm-eval's model API
 is imported, naming the key, in a time bounded by a multiple of this machine's bare `python -c pass`.
 
-The bound is a ratio, not seconds, so a slower or busier machine scales both sides. Measured on the 2-core dev
-machine (median of 5): `python -c pass` 0.03 s; a bad config 1.1-1.3 s after this change (8-9 s before, when the
-Sweep callback pulled in pandas/scipy/matplotlib and the run-dir name imported the model class, torch and all).
+The bound is a ratio, not seconds, so a slower or busier machine scales both sides. Measured on the shared 2-core
+dev machine (median of 5, load 6-8): `python -c pass` 0.03 s, `import hydra` 0.4 s; a bad config 1.0-1.5 s after
+this change, 16-18 s before it (8.8 s idle), when the sweep callback pulled in pandas/scipy/matplotlib and the
+run-dir name imported the model class (torch, transformers) while Hydra composed the config.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.slow  # real `python -m harness.run` subprocesses
 
 # Modules a bad config must never wait for (each costs 0.5-4 s to import here).
 HEAVY = ("torch", "transformers", "pandas", "scipy", "matplotlib", "lm_eval.api")
-# Bad-config wall time over `python -c pass` (median of 5): 35-45x measured idle, 40-60x with the machine busy; the
-# regression this guards against was 250-300x. 80x leaves room for a busy machine and still catches one heavy import.
+# Bad-config wall time over `python -c pass`: medians 30-50x measured at load 6-12 on 2 cores (single runs up to 92x,
+# hence the better of two tries); before this change ~500x, and 180x with only the sweep callback's imports back.
 MAX_RATIO = 80.0
 BASE = ("model=sudoku6_diffusion", "eval=sudoku6")
 
