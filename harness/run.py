@@ -2,7 +2,9 @@
 
 Everything that can be wrong with a config is checked before the model loads: sampler knobs
 (dataclass validation), the eval's inputs, the model path. The run dir (named from the config
-values) then holds config.yaml, samples.jsonl and metrics.json.
+values) then holds config.yaml, samples.jsonl and metrics.json. Composing the config and those checks import
+no torch, transformers, pandas or scipy (`harness.tracking.callbacks` and `model_kind` keep theirs lazy), so a
+bad config fails in about a second (tests/test_fast_fail.py).
 """
 
 from __future__ import annotations
@@ -147,11 +149,13 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     check_model_path(cfg.model)  # also: a gated hub model without a token fails here
     check_family(cfg.model, cfg.sampler)  # masked samplers with masked models, a mask id, block lengths
     check_eval_hub_access(ev)
-    check_thinking_switch(cfg.model)
     # no items, or repeated ids: fail here, before any weights load (lm-eval builds its items while it runs)
     items = None if isinstance(ev, SelfDrivingEval) else checked_items(ev)
     check = BatchCheckConfig.from_config(cfg.get("batch_check"), ev)
     check_shards(cfg, ev)
+    # the checks above import nothing heavy (tests/test_fast_fail.py); these two read the checkpoint's tokenizer and
+    # config through transformers (seconds), so they come last
+    check_thinking_switch(cfg.model)
     batch_size = plan_batch_size(cfg, ev, sampler, items)
     logger = instantiate(cfg.logger)
     route_preemption_signals()  # in a Slurm job: SIGUSR1 requeues like USR2 (harness.launch.cluster)

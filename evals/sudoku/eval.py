@@ -73,6 +73,8 @@ class SudokuEval(Eval):
         if size not in (4, 6, 9):
             raise ValueError(f"eval.size: must be 4, 6 or 9, got {size!r}")
         cells = size * size
+        if path and not resolve_path(path).exists():  # here, with the key named, not when the items are read
+            raise FileNotFoundError(f"eval.path: sudoku puzzle file {path} not found (nor under the repo root)")
         if num_puzzles is None and not path:
             raise ValueError("eval.num_puzzles: null (every puzzle of the file) needs an eval.path")
         if num_puzzles is not None and (

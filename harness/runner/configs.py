@@ -8,11 +8,13 @@ config values (bd3lms-style), which is also what makes re-running a config resum
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import json
 import os
 import re
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -47,13 +49,67 @@ def register_configs() -> None:
 
 
 def model_kind(model: DictConfig) -> DecoderKind:
-    """The kind of decoder a model config builds, read from its class's `kind` (never from names)."""
-    from hydra.utils import get_class
+    """The kind of decoder a model config builds, read from its class's `kind` (never from names).
 
+    The run-dir name needs it while Hydra composes the config, before any check ran; importing the class would
+    import torch and transformers (about 5 s), so the `kind = DecoderKind.X` line is read from the class's source
+    (`declared_kind`) and the class is imported only where that reading cannot tell (a computed value, several
+    bases). tests/test_fast_fail.py checks that both ways agree for every model config shipped."""
     target = model.get("_target_")
     if not target:
         raise ValueError("model._target_: missing (the adapter or decoder class to build)")
-    return DecoderKind(getattr(get_class(str(target)), "kind", DecoderKind.AR))
+    module = str(target).rpartition(".")[0]
+    kind = None if module in sys.modules else declared_kind(str(target))  # imported already: ask the class
+    if kind is None:
+        from hydra.utils import get_class
+
+        kind = getattr(get_class(str(target)), "kind", DecoderKind.AR)
+    return DecoderKind(kind)
+
+
+def declared_kind(target: str, depth: int = 0) -> DecoderKind | None:
+    """`kind` of the class `target` ("pkg.module.Class") as its source declares it, without importing the module:
+    a class-body `kind = DecoderKind.X` (chained assignments too), else inherited from its one base class (in the
+    same module or imported by name), else `DecoderKind.AR` for a class with no base. None: not readable so."""
+    module, _, name = target.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if depth > 8 or spec is None or not str(spec.origin).endswith(".py"):
+        return None
+    tree = ast.parse(Path(str(spec.origin)).read_text(encoding="utf-8"))
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if cls is None or cls.keywords or cls.decorator_list:  # a metaclass or decorator may set it: let Python say
+        return None
+    for stmt in reversed(cls.body):  # the last binding wins
+        if _assigns(stmt, "kind"):
+            value = getattr(stmt, "value", None)  # None for a def or a bare annotation
+            named = isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
+            ok = named and value.value.id == "DecoderKind" and value.attr in DecoderKind.__members__
+            return DecoderKind[value.attr] if ok else None
+    if not cls.bases:
+        return DecoderKind.AR
+    if len(cls.bases) > 1 or not isinstance(cls.bases[0], ast.Name):
+        return None
+    base = cls.bases[0].id
+    if any(isinstance(n, ast.ClassDef) and n.name == base for n in tree.body):
+        return declared_kind(f"{module}.{base}", depth + 1)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                if (alias.asname or alias.name) == base:
+                    return declared_kind(f"{node.module}.{alias.name}", depth + 1)
+    return None
+
+
+def _assigns(stmt: ast.stmt, attr: str) -> bool:
+    """Whether a class-body statement binds `attr` (`attr = ...`, `a = attr = ...`, `attr: T [= ...]`, a def)."""
+    if isinstance(stmt, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == attr for t in stmt.targets)
+    if isinstance(stmt, ast.AnnAssign):
+        return isinstance(stmt.target, ast.Name) and stmt.target.id == attr
+    return isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == attr
 
 
 def run_name(

@@ -5,6 +5,10 @@ in the sweep's group, with the fronts as native charts, step histograms and film
 Hydra skips `on_multirun_end` when a job fails; run `python -m harness.pareto <sweep dir>` by hand then
 (finished runs are still aggregated, unfinished ones are listed). A run whose `metrics.json` cannot be read is
 listed as broken, its file named, and the others are still summarized.
+
+Hydra instantiates the callback before every run, single runs included, so the aggregation and figure modules
+(pandas, scipy, matplotlib: about 4 s) are imported inside `on_multirun_end`, never at construction: a bad config
+must fail before they load.
 """
 
 from __future__ import annotations
@@ -16,10 +20,6 @@ from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from harness.analysis.aggregate import find_run_dirs, print_summary
-from harness.figures.experts_plot import experts_figures
-from harness.figures.films import sweep_films
-from harness.figures.pareto import make_report
 from harness.tracking.loggers import NoLogger, RunLogger
 
 
@@ -41,6 +41,11 @@ class SweepSummary(Callback):
         self.films = films  # denoising films (harness.figures.films) of the first N samples of each trajectory run
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from harness.analysis.aggregate import find_run_dirs, print_summary
+        from harness.figures.experts_plot import experts_figures
+        from harness.figures.films import sweep_films
+        from harness.figures.pareto import make_report
+
         sweep_dir = Path(str(config.hydra.sweep.dir))
         out_dir = sweep_dir / self.subdir
         if not find_run_dirs([sweep_dir]).complete:
