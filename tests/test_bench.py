@@ -276,6 +276,8 @@ def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_
         "ar_engine",
         "cache_copies",
         "step_graph",
+        "masked_vs_llada2_pipeline",
+        "engine_vs_diffusion_gemma_pipeline",
     }
     no_ratio = {"engine_overhead", "cache_copies"}  # no reference run / a count (before: arithmetic)
     assert all(r["ratio"] > 0 for r in payload["rows"] if r["bench"] not in no_ratio)
@@ -289,4 +291,6 @@ def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_
         "engine.json",
         "ar_engine.json",
         "cache_copies.json",
+        "masked_bench.json",
+        "diffusers_bench.json",
     }

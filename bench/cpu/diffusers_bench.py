@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from bench.cpu.common import interleaved, machine_info, median, print_machine, quick_cli, table, write_json
+from contract.intervals import ratio_interval
 
 CKPT = Path(__file__).resolve().parents[2] / "models" / "checkpoints" / "sudoku6_diffusion"
 EVAL_CONF = Path(__file__).resolve().parents[2] / "conf" / "eval" / "sudoku6.yaml"
@@ -44,23 +45,10 @@ def load(num_threads: int = 1):
     return ev, decoders
 
 
-def tpf_interval(tokens: list[int], forwards: list[int], resamples: int = 4000) -> tuple[float, float]:
-    """Paired percentile-bootstrap 95% interval of sum(tokens) / sum(forwards) over samples."""
-    from scipy.stats import bootstrap
-
-    def ratio(t, f, axis=-1):
-        return np.sum(t, axis=axis) / np.sum(f, axis=axis)
-
-    res = bootstrap(
-        (np.asarray(tokens, float), np.asarray(forwards, float)),
-        ratio,
-        paired=True,
-        vectorized=True,
-        n_resamples=resamples,
-        method="percentile",
-        rng=np.random.default_rng(0),
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+def tpf_interval(tokens: list[int], forwards: list[int]) -> tuple[float, float]:
+    """The one TPF interval (`contract.intervals`): paired percentile bootstrap of sum(tokens) / sum(forwards)."""
+    iv = ratio_interval(tokens, forwards)
+    return (iv.lo, iv.hi) if iv else (float("nan"), float("nan"))
 
 
 def figures(ev, items: list, results: list) -> dict[str, Any]:
