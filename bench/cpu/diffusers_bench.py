@@ -31,7 +31,7 @@ def load(num_threads: int = 1):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from harness.engine.decode import decoder_for
+    from harness.engine.decoders import decoder_for
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from samplers.config import EntropyBoundConfig
     from samplers.diffusers_config import DiffusersEntropyBoundConfig

@@ -440,13 +440,3 @@ class BlockDiffusionDecoder(LockstepDecoding):
         res.text, res.finished_by = text, reason
         res.latency_s = now - row.admitted
         return res
-
-
-def decoder_for(model, sampler: SamplerConfig):
-    """The decoder for a built model: block-diffusion adapters get this engine (or, for a `decoder=diffusers` sampler,
-    diffusers' pipeline: `harness.engine.diffusers_decoder`); AR decoders decode themselves."""
-    if getattr(sampler, "decoder", None) == "diffusers":
-        from harness.engine.diffusers_decoder import DiffusersDecoder
-
-        return DiffusersDecoder(model, sampler)
-    return BlockDiffusionDecoder(model, sampler) if getattr(model, "kind", None) == DecoderKind.DIFFUSION else model
