@@ -260,6 +260,7 @@ def test_eval_throughput_bench_tiny(tmp_path, medium_diffusion_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # nine benches, two with inductor compiles: minutes on a busy 2-core machine
 def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_diffusion_dir):
     from bench.cpu import run_all
 

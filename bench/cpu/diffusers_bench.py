@@ -118,14 +118,14 @@ def run(quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
     info = machine_info()
     print_machine(info)
     ev, decoders = load()
-    n = 32 if quick else 300
+    n = 16 if quick else 300
     quality = side_by_side(ev, decoders, n=n, batch_size=16)
     qrows = [{"decoder": k, **v} for k, v in quality.items()]
     print(f"\n{n} puzzles, batch 16, the checkpoint's sampler on both")
     cols = ["decoder", "solved_rate", "solved_interval", "tpf", "tpf_interval", "forwards", "step_cap_hits"]
     print(table(qrows, cols))
-    batches = [1, 16] if quick else [1, 16, 64]
-    srows = speed(ev, decoders, batches, repeats=2 if quick else 5)
+    batches = [1, 4] if quick else [1, 16, 64]
+    srows = speed(ev, decoders, batches, repeats=1 if quick else 5)
     print("\nspeed (median of interleaved rounds, one process)")
     cols = ["batch", "engine_tok_s", "diffusers_tok_s", "engine_over_diffusers", "engine_s", "diffusers_s"]
     cols += ["engine_row_utilization", "diffusers_row_utilization"]
