@@ -4,6 +4,7 @@ end through the real app and sweep summary, and the summary prints the report's 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,14 @@ from tests.helpers.app import REPO, app_env, compose_app, run_app
 PRESETS = sorted(p.stem for p in (REPO / "conf/experiment").glob("report_*.yaml"))
 # What a twin may change: where the data come from and how much of it is decoded (never the protocol).
 TWIN_EVAL_KEYS = {"data_files", "data_dir", "release", "limit", "max_new_tokens"}
+
+
+def _grades_code(preset: str) -> bool:
+    """A preset whose eval runs model-written code (LiveCodeBench), itself or through the presets it extends
+    (`defaults: - /experiment/<name>`), needs the sandbox."""
+    text = (REPO / f"conf/experiment/{preset}.yaml").read_text()
+    bases = re.findall(r"^\s*-\s*/experiment/([\w/]+)\s*$", text, flags=re.M)
+    return "livecodebench" in text or any(_grades_code(b) for b in bases)
 
 
 def _compose(*overrides):
@@ -58,8 +67,8 @@ def test_twin_keeps_the_presets_protocol(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(  # the LiveCodeBench twin grades in the real sandbox
-    "name", [pytest.param(n, marks=pytest.mark.sandbox) if n == "report_lcb" else n for n in PRESETS]
+@pytest.mark.parametrize(  # the LiveCodeBench twins grade in the real sandbox
+    "name", [pytest.param(n, marks=pytest.mark.sandbox) if _grades_code(n) else n for n in PRESETS]
 )
 def test_twin_runs_end_to_end_and_the_summary_shows_the_report(name, tmp_path):
     extra = []
