@@ -108,7 +108,7 @@ def _best(g: pd.DataFrame) -> pd.Series:
 def family_runs(table: pd.DataFrame) -> pd.DataFrame:
     """The table's runs of the known kinds with `family` and `budget` columns; empty when fewer than two kinds."""
     if table.empty or "label" not in table:
-        return table.iloc[0:0]
+        return table.iloc[0:0].assign(family=pd.Series(dtype=object), budget=pd.Series(dtype=float))
     df = table[table["label"].map(family_kind).notna()].copy()
     df["family"] = df["label"].map(family_kind)
     df["budget"] = [budget_of(r) for _, r in df.iterrows()]
@@ -118,6 +118,8 @@ def family_runs(table: pd.DataFrame) -> pd.DataFrame:
 def family_table(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (eval, family, budget): the best run there (see the module doc)."""
     df = family_runs(table)
+    if df.empty:
+        return pd.DataFrame()
     rows = []
     for (ev, fam, budget), g in df.groupby(["eval", "family", "budget"], dropna=False, sort=False):
         r = _best(g)
@@ -139,6 +141,8 @@ def family_table(table: pd.DataFrame) -> pd.DataFrame:
 def family_dominance(table: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     """Each family's best run vs every other family's best run, paired on the items both decoded (per eval)."""
     df = family_runs(table)
+    if df.empty:
+        return pd.DataFrame()
     rows = []
     for ev, g in df.groupby("eval", sort=False):
         best = {fam: _best(f) for fam, f in g.groupby("family", sort=False)}
