@@ -55,7 +55,7 @@ FAMILIES_OTHERS := uniform_b003,uniform_b01,uniform_b03,uniform_b10,uniform_b01_
 FAMILIES_DIR := outputs/sweeps/sudoku_families
 families: venv  ## masked vs uniform-state vs AR (+ draft) at equal size on the 300 held-out 6x6 puzzles, ~10 min on 2 cores
 	@pids=""; for fams in $(FAMILIES_MASKED) $(FAMILIES_OTHERS); do \
-	  $(PY) -m harness.run experiment=sudoku_families fam=$$fams 'hydra.callbacks={}' & pids="$$pids $$!"; \
+	  $(PY) -m harness.run experiment=sudoku_families fam=$$fams '~hydra.callbacks.sweep_summary' & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 	$(PY) -m harness.pareto $(FAMILIES_DIR) --out $(FAMILIES_DIR)/summary
 
