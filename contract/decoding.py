@@ -8,8 +8,10 @@ Models implement `Decoder` (AR baselines) or `BlockDiffusionAdapter` (wrapped by
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
+from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
 from contract.records import GenerationRequest, GenerationResult
@@ -133,6 +135,27 @@ class SelfDrivingEval(Protocol):
 
     def run(self, decoder: Decoder, store: Store, batch_size: int, seed: int) -> dict[str, Any]:
         """Decode every unfinished sample into `store`; return the run's metrics."""
+
+
+def stream_in_batches(
+    generate: Callable[[list[GenerationRequest]], list[GenerationResult]],
+    requests: Iterable[GenerationRequest],
+    batch_size: int,
+) -> Iterator[GenerationResult]:
+    """`Decoder.stream` for decoders that decode whole batches: consecutive batches of `batch_size`.
+
+    A batch's wall time is shared equally among its samples; each sample's latency is the batch's, and so is its
+    time to first token (nothing is shown before the batch ends)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    it = iter(requests)
+    while batch := list(islice(it, batch_size)):
+        t0 = time.perf_counter()
+        results = generate(batch)
+        wall = time.perf_counter() - t0
+        for res in results:
+            res.wall_time_s, res.latency_s, res.ttft_s = wall / len(batch), wall, wall
+            yield res
 
 
 def decode_and_store(

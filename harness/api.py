@@ -25,7 +25,7 @@ def load_decoder(
     path: str, sampler: str = "entropy_bound", kind: str = "diffusion", model_kwargs: dict | None = None, **knobs
 ):
     """A decoder for a checkpoint (local folder or hub id). `knobs` are sampler fields (see samplers.config)."""
-    from harness.engine.decode import decoder_for
+    from harness.engine.decoders import decoder_for
     from harness.runner.configs import SAMPLERS
 
     if kind == "diffusion":
@@ -46,7 +46,7 @@ def decoder_from_config(overrides: list[str] | None = None):
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from harness.engine.masked import decoder_for
+    from harness.engine.decoders import decoder_for
     from harness.runner.configs import check_model_path, register_configs
 
     register_configs()

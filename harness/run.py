@@ -242,7 +242,7 @@ def _decode_here(
     import torch  # heavy imports only after every check passed
 
     torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
-    from harness.engine.masked import decoder_for  # masked models here, the rest to harness.engine.decode
+    from harness.engine.decoders import decoder_for
     from models.expert_counter import for_decoder as count_experts
 
     model = instantiate(cfg.model)

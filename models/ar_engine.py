@@ -234,23 +234,28 @@ class AREngine:
         seqs[0].result.row_forwards += len(run) - len(seqs)  # idle rows computed this step: counted as waste
         for s in seqs:
             m, *toks = host[s.row]
-            before, drafted = s.length, budget[s.row]
-            s.result.nfe += 1
-            s.result.row_forwards += 1
-            s.has_hidden = True
-            if self.k:
-                s.result.extra["draft_forwards"] = s.result.extra.get("draft_forwards", 0) + draft_forwards
-                if not s.result.accepted_per_step:
-                    s.result.accepted_per_step.append([])
-                s.result.accepted_per_step[0].append(m + 1)
-                if self.schedule != "constant" and drafted:
-                    s.k = s.k + 2 if m == drafted else max(1, s.k - 1)
-                    s.k = min(s.k, PREFILL_CHUNK - 1)
-            if k:
-                self.drafter.rollback(s, m, before)
-            if self._extend(s, toks[: m + 1]):
+            if self._accept(s, m, toks, budget[s.row], draft_forwards, k):
                 done.append(s)
         return done, len(run)
+
+    def _accept(self, s: _Seq, m: int, toks: list[int], drafted: int, draft_forwards: int, k: int) -> bool:
+        """Row `s` keeps its `m` accepted drafts and the target's token after them (`toks`: the step's tokens for
+        the row); its k adapts; the drafter rolls back the rest. True when the sequence ended."""
+        before = s.length
+        s.result.nfe += 1
+        s.result.row_forwards += 1
+        s.has_hidden = True
+        if self.k:
+            s.result.extra["draft_forwards"] = s.result.extra.get("draft_forwards", 0) + draft_forwards
+            if not s.result.accepted_per_step:
+                s.result.accepted_per_step.append([])
+            s.result.accepted_per_step[0].append(m + 1)
+            if self.schedule != "constant" and drafted:
+                s.k = s.k + 2 if m == drafted else max(1, s.k - 1)
+                s.k = min(s.k, PREFILL_CHUNK - 1)
+        if k:
+            self.drafter.rollback(s, m, before)
+        return self._extend(s, toks[: m + 1])
 
     def _extend(self, s: _Seq, toks: list[int]) -> bool:
         """Append new tokens; True when the sequence ended (EOS, stop string or length)."""

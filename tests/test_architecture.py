@@ -198,8 +198,6 @@ def test_harness_top_level_holds_only_entry_points():
 
 
 MAX_LINES = 450  # no source file over this (tests aside): a module is read by concern, at one sitting
-# Temporary: files another change is splitting now (path -> why); delete each entry when its split lands.
-OVER_MAX_FOR_NOW = {"harness/engine/decode.py": "split by the engine-loop change"}
 NOT_SOURCE = {"tests", "outputs", "multirun", "wandb", "shared"}  # plus every dot-folder (.venv, .git, ...)
 
 
@@ -211,11 +209,9 @@ def test_no_source_file_is_over_450_lines():
             continue
         sizes[rel.as_posix()] = len(path.read_text(encoding="utf-8").splitlines())
     assert "harness/run.py" in sizes and len(sizes) > 100  # the scan sees the project
-    over = [f"{p}: {n} lines" for p, n in sorted(sizes.items()) if n > MAX_LINES and p not in OVER_MAX_FOR_NOW]
+    over = [f"{p}: {n} lines" for p, n in sorted(sizes.items()) if n > MAX_LINES]
     if over:
         pytest.fail(_report(f"files over {MAX_LINES} lines (split them by concern)", over), pytrace=False)
-    stale = [p for p in OVER_MAX_FOR_NOW if sizes.get(p, 0) <= MAX_LINES]
-    assert not stale, f"OVER_MAX_FOR_NOW lists files no longer over {MAX_LINES} lines: drop them: {stale}"
 
 
 def test_sub_layers_order_within_a_package():

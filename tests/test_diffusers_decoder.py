@@ -152,7 +152,7 @@ def shipped():
 
 @pytest.mark.slow
 def test_step_callback_counts_every_forward_corrector_sweeps_included(shipped):
-    from harness.engine.decode import decoder_for
+    from harness.engine.decoders import decoder_for
     from harness.runner.evaluate import requests_for
 
     ev, decoders = shipped

@@ -134,7 +134,7 @@ def test_summary_shape(moe_adapter):
 def test_engine_forward_kinds(moe_adapter):
     """Through the decode engine: one denoiser forward per engine step, one prefill, commits between canvases."""
     from contract.records import GenerationRequest
-    from harness.engine.decode import decoder_for
+    from harness.engine.decoders import decoder_for
     from samplers.config import EntropyBoundConfig
 
     dec = decoder_for(moe_adapter, EntropyBoundConfig(max_steps=3, adaptive_stop=False))

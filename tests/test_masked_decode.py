@@ -15,7 +15,8 @@ import torch
 from diffusers import BlockRefinementScheduler, LLaDA2Pipeline
 
 from contract.records import GenerationRequest
-from harness.engine.masked import MaskedDiffusionDecoder, decoder_for
+from harness.engine.decoders import decoder_for
+from harness.engine.masked import MaskedDiffusionDecoder
 from models.masked_diffusion import MaskedDiffusionAdapter, ReferenceModel
 from models.tiny import build_masked
 from samplers.config import EntropyBoundConfig

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from bench.cpu.common import interleaved, machine_info, median, print_machine, quick_cli, table, write_json
+from contract.intervals import ratio_interval
 
 CKPT = Path(__file__).resolve().parents[2] / "models" / "checkpoints" / "sudoku6_diffusion"
 EVAL_CONF = Path(__file__).resolve().parents[2] / "conf" / "eval" / "sudoku6.yaml"
@@ -30,7 +31,7 @@ def load(num_threads: int = 1):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from harness.engine.decode import decoder_for
+    from harness.engine.decoders import decoder_for
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from samplers.config import EntropyBoundConfig
     from samplers.diffusers_config import DiffusersEntropyBoundConfig
@@ -44,23 +45,10 @@ def load(num_threads: int = 1):
     return ev, decoders
 
 
-def tpf_interval(tokens: list[int], forwards: list[int], resamples: int = 4000) -> tuple[float, float]:
-    """Paired percentile-bootstrap 95% interval of sum(tokens) / sum(forwards) over samples."""
-    from scipy.stats import bootstrap
-
-    def ratio(t, f, axis=-1):
-        return np.sum(t, axis=axis) / np.sum(f, axis=axis)
-
-    res = bootstrap(
-        (np.asarray(tokens, float), np.asarray(forwards, float)),
-        ratio,
-        paired=True,
-        vectorized=True,
-        n_resamples=resamples,
-        method="percentile",
-        rng=np.random.default_rng(0),
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+def tpf_interval(tokens: list[int], forwards: list[int]) -> tuple[float, float]:
+    """The one TPF interval (`contract.intervals`): paired percentile bootstrap of sum(tokens) / sum(forwards)."""
+    iv = ratio_interval(tokens, forwards)
+    return (iv.lo, iv.hi) if iv else (float("nan"), float("nan"))
 
 
 def figures(ev, items: list, results: list) -> dict[str, Any]:
@@ -130,14 +118,14 @@ def run(quick: bool = False, out_dir: str | None = None) -> dict[str, Any]:
     info = machine_info()
     print_machine(info)
     ev, decoders = load()
-    n = 32 if quick else 300
+    n = 16 if quick else 300
     quality = side_by_side(ev, decoders, n=n, batch_size=16)
     qrows = [{"decoder": k, **v} for k, v in quality.items()]
     print(f"\n{n} puzzles, batch 16, the checkpoint's sampler on both")
     cols = ["decoder", "solved_rate", "solved_interval", "tpf", "tpf_interval", "forwards", "step_cap_hits"]
     print(table(qrows, cols))
-    batches = [1, 16] if quick else [1, 16, 64]
-    srows = speed(ev, decoders, batches, repeats=2 if quick else 5)
+    batches = [1, 4] if quick else [1, 16, 64]
+    srows = speed(ev, decoders, batches, repeats=1 if quick else 5)
     print("\nspeed (median of interleaved rounds, one process)")
     cols = ["batch", "engine_tok_s", "diffusers_tok_s", "engine_over_diffusers", "engine_s", "diffusers_s"]
     cols += ["engine_row_utilization", "diffusers_row_utilization"]

@@ -1,4 +1,4 @@
-"""`make bench`: the CPU benches in one go (under 10 minutes on the 2-core box), one summary table.
+"""`make bench`: the CPU benches in one go (about 20 minutes on the 2-core box), one summary table.
 
 1. sampler step, ours vs transformers' (B = 1, 4; 256 x 262,144 float32 logits; 2 threads);
 2. decode loop, ours vs `generate()` on a tiny model (reference mode must give identical tokens);
@@ -10,7 +10,11 @@
    for AR, AR + draft and diffusion (bench.cpu.ar_engine; ratio there = ours / reference tokens/s);
 6. the K/V bytes copied per commit / admission (bench.cpu.cache_copies);
 7. the denoising step eager vs compiled whole (`model.compile=step`) on the mid-size model at B = 1, 8: host ops
-   per step, step time, graphs, graph breaks, logits difference (bench.cpu.step_graph_bench; ratio = eager / compiled).
+   per step, step time, graphs, graph breaks, logits difference (bench.cpu.step_graph_bench; ratio = eager / compiled);
+8. the masked decoder vs diffusers' LLaDA2Pipeline on a tiny block-causal model, identical greedy tokens, batch 1
+   and 16 (bench.cpu.masked_bench; ratio = pipeline / ours wall);
+9. our engine vs diffusers' DiffusionGemmaPipeline on the shipped Sudoku model, same sampler: solved rate and TPF
+   with intervals, tokens/s at batch 1, 16, 64 (bench.cpu.diffusers_bench; ratio = ours / pipeline tokens/s).
 Ratios are reference wall / ours (> 1: ours is faster), medians of interleaved runs in one process.
 
     python -m bench.cpu.run_all [--quick] [--out-dir outputs/bench]
@@ -26,8 +30,10 @@ from bench.cpu import (
     ar_engine,
     cache_copies,
     decode_loop,
+    diffusers_bench,
     engine,
     eval_throughput,
+    masked_bench,
     sampler_step_bench,
     step_graph_bench,
 )
@@ -104,6 +110,35 @@ def summary_rows(sampler: dict, decode: dict, throughput: dict, eng: dict | None
     return rows
 
 
+def family_rows(masked: dict, diffusers: dict) -> list[dict[str, Any]]:
+    """The two reference implementations from diffusers: LLaDA2Pipeline (masked) and DiffusionGemmaPipeline."""
+    rows = [
+        {
+            "bench": "masked_vs_llada2_pipeline",
+            "setting": f"B={r['batch']} prompt={r['prompt_tokens']} new={r['new_tokens_per_row']}",
+            "reference": f"{r['pipeline_s']:.3f}s",
+            "ours": f"{r['ours_s']:.3f}s",
+            "ratio": r["ratio_of_medians"],
+            "note": f"identical tokens {r['identical_tokens']}; "
+            f"forwards {r['ours_forwards']} vs {r['pipeline_forwards']}",
+        }
+        for r in masked["rows"]
+    ]
+    for r in diffusers["speed"]:
+        rows.append(
+            {
+                "bench": "engine_vs_diffusion_gemma_pipeline",
+                "setting": f"B={r['batch']}",
+                "reference": f"{r['diffusers_tok_s']:.1f} tok/s",
+                "ours": f"{r['engine_tok_s']:.1f} tok/s",
+                "ratio": r["engine_over_diffusers"],
+                "note": f"rows still denoising: ours {r['engine_row_utilization']:.2f}, "
+                f"pipeline {r['diffusers_row_utilization']:.2f}",
+            }
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (a smoke run, seconds)")
@@ -118,6 +153,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         arx = ar_engine.run(quick=True, out_dir=a.out_dir, quiet=True)
         cc = cache_copies.run(quick=True, out_dir=a.out_dir, quiet=True)
         sg = step_graph_bench.run(quick=True, out_dir=a.out_dir, quiet=True)
+        masked = masked_bench.run(quick=True, out_dir=a.out_dir, quiet=True)
+        diff = diffusers_bench.run(quick=True, out_dir=a.out_dir)
     else:
         sampler = sampler_step_bench.run([1, 4], repeats=3, threads=2, out_dir=a.out_dir)
         decode = decode_loop.run([1, 4], repeats=5, threads=1, out_dir=a.out_dir)
@@ -126,8 +163,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         arx = ar_engine.run(out_dir=a.out_dir)
         cc = cache_copies.run(out_dir=a.out_dir)
         sg = step_graph_bench.run(out_dir=a.out_dir)
+        masked = masked_bench.run(out_dir=a.out_dir)
+        diff = diffusers_bench.run(out_dir=a.out_dir)
     rows = summary_rows(sampler, decode, throughput, eng) + ar_engine.summary_rows(arx) + cache_copies.summary_rows(cc)
-    rows += step_graph_bench.summary_rows(sg)
+    rows += step_graph_bench.summary_rows(sg) + family_rows(masked, diff)
     info = machine_info()
     payload = {
         "bench": "run_all",

@@ -27,6 +27,9 @@ where it only feeds self-conditioning): the LM head writes into it,
 softcap and temperature run in place, the draw reads it in cache-sized blocks, and it is the next
 step's self-conditioning input (`make bench` measures the extra memory in units of that tensor).
 
+The loop is named steps (admit, pack, step, tally, commit, retire) over `harness.engine.rows`' `Row`s and `Batch`:
+another decoder family can run it with its own `_step` / `_commit`.
+
 `random_stream=reference` runs a lockstep variant instead: whole batches, transformers' global-RNG call
 order and its freezing of finished rows, which reproduces `generate()` token for token (a parity tool:
 it computes finished rows, so its utilization is below 1).
@@ -36,7 +39,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import islice
 
 import torch
@@ -46,6 +48,7 @@ from contract.records import GenerationRequest, GenerationResult, StreamEvent, c
 from contract.text import cut_at_stop
 from harness.engine.canvas_verify import sampling_of, verify_canvases, wants_verify
 from harness.engine.lockstep import LockstepDecoding
+from harness.engine.rows import Batch, LogitsWorkspace, Row, StepRead, Stops
 from harness.engine.stable_stream import StableRuns, StableStream
 from models.slot_cache import bucket
 from samplers import streams
@@ -78,62 +81,6 @@ def _triton() -> bool:
     from samplers.triton_draw import available
 
     return available()
-
-
-class _Logits:
-    """The step's full-size logits buffers, allocated once per decode and reused every step.
-
-    Torch path: one float32 (B, C, V) tensor: the LM head writes the raw logits into it, softcap and
-    temperature run in place, and it is the next step's self-conditioning input (`sc` is `raw`).
-    Fused path: `raw` in the model dtype plus `sc` in the model dtype, which the kernel writes while it
-    reads `raw` (the next forward reads `sc` before the LM head overwrites `raw`).
-    Compiled step (`dtype` = the model's): one tensor that only carries the processed logits to the next step's
-    self-conditioning, which casts them to the model dtype first (as transformers does): stored in that dtype,
-    the same values at half the bytes of float32."""
-
-    def __init__(
-        self,
-        c: int,
-        v: int,
-        device: torch.device,
-        fused_dtype: torch.dtype | None,
-        dtype: torch.dtype = torch.float32,
-    ):
-        self.shape, self.device, self.fused_dtype, self.dtype = (c, v), device, fused_dtype, dtype
-        self.raw = self.sc = torch.empty(0, c, v, dtype=dtype, device=device)
-        self.capacity = 0
-
-    def grow(self, b: int) -> None:
-        """Grow to `b` rows (only while the first rows are admitted; later admissions refill freed rows)."""
-        old_sc = self.sc
-        self.raw = torch.empty(b, *self.shape, dtype=self.fused_dtype or self.dtype, device=self.device)
-        fused = self.fused_dtype is not None
-        self.sc = torch.empty(b, *self.shape, dtype=self.fused_dtype, device=self.device) if fused else self.raw
-        self.sc[: old_sc.shape[0]].copy_(old_sc)
-        self.capacity = b
-
-
-@dataclass
-class _Row:
-    """Host-side state of one batch row (one request in flight)."""
-
-    req: GenerationRequest
-    result: GenerationResult
-    admitted: float
-    canvas_idx: int = 0
-    step: int = 0
-    outputs: list[int] = field(default_factory=list)
-    pin: int | None = None  # verification: the emitted AR token this canvas holds at position 0
-    warm: list[int] | None = None  # verification: the rejected draft's tokens after the pin, this canvas's start
-
-
-def _packing_move(rows: list) -> tuple[int, int] | None:
-    """(highest busy row, lowest free row below it), or None when the busy rows are 0..k-1 already."""
-    busy = [i for i, r in enumerate(rows) if r is not None]
-    free = [i for i, r in enumerate(rows) if r is None]
-    if busy and free and free[0] < busy[-1]:
-        return busy[-1], free[0]
-    return None
 
 
 class BlockDiffusionDecoder(LockstepDecoding):
@@ -210,211 +157,229 @@ class BlockDiffusionDecoder(LockstepDecoding):
         self, requests: Iterable[GenerationRequest], batch_size: int, on_visible=None
     ) -> Iterator[GenerationResult]:
         """Rows are slot rows of the cache: a request keeps its row until it ends (or, once the queue is empty,
-        is packed down into a freed row), and a step computes rows 0 up to the highest one in flight."""
-        cfg, model, c, v = self.sampler, self.model, self.canvas_length, self.model.vocab_size
-        dev = model.device
-        queue = iter(requests)
-        rows: list[_Row | None] = []
-        state = masks = None
-        canvas = torch.empty((0, c), dtype=torch.long, device=dev)
-        history = torch.full((cfg.stability_steps, 0, c), -1, dtype=torch.long, device=dev)
-        workspace = model.dtype if self._whole is not None else torch.float32
-        logits = _Logits(c, v, dev, model.dtype if self.fused else None, workspace)
-        verifying_on = cfg.verify != "off"
-        sample = fused_sampling(logits.sc) if self.fused else torch_sampling(self._draw)
-        sc_rows: list[bool] = []
-        exhausted = False
-        pending: tuple[list[int], torch.Tensor] | None = None  # rows and canvases whose commit folds into the next step
-        # sampler.stream_after_stable: built only when on, so a run that does not stream does none of it
-        stable = StableRuns(cfg.stream_after_stable, c, dev) if cfg.streaming else None
-        visible = StableStream(model.eos_ids, on_visible) if cfg.streaming else None
+        is packed down into a freed row), and a step computes rows 0 up to the highest one in flight.
+        Each pass: admit -> pack -> step (forward, draw, the one host read) -> tally -> commit -> retire."""
+        batch, queue = self._open_batch(on_visible), iter(requests)
         while True:
             t0 = time.perf_counter()
-            free = [i for i in range(batch_size) if i >= len(rows) or rows[i] is None]  # not a bucket's padding
-            new = [] if exhausted else [self._start(r) for r in islice(queue, len(free))]
-            exhausted = exhausted or len(new) < len(free)
-            if new:
-                at = free[: len(new)]
-                if state is None:
-                    state = model.open(min(batch_size, len(new)) if exhausted else batch_size, c)
-                grow = max(-(-r.req.max_new_tokens // c) * c for r in new)
-                state = model.prefill([r.req.prompt_ids for r in new], state, at, grow=grow)
-                top = max(at) + 1
-                if self._whole is not None:  # a compiled step runs a bucket of rows: the padding rows are free
-                    top = bucket(top)
-                if top > len(rows):  # the first admissions: the per-row buffers grow to the rows in use
-                    extra = top - len(rows)
-                    rows += [None] * extra
-                    sc_rows += [False] * extra
-                    canvas = torch.cat([canvas, torch.zeros((extra, c), dtype=torch.long, device=dev)])
-                    history = torch.cat([history, torch.full((cfg.stability_steps, extra, c), -1, device=dev)], 1)
-                    if stable is not None:
-                        stable.grow(extra)
-                idx = torch.tensor(at, device=dev)
-                canvas = canvas.index_copy(0, idx, self._init_canvas(new))
-                history = history.index_fill(1, idx, -1)
-                if stable is not None:
-                    stable.reset(idx)
-                for i, row in zip(at, new, strict=True):
-                    rows[i], sc_rows[i] = row, False
-                    if visible is not None:
-                        visible.open(row.req.sample_id)
-                masks = None
-            # no request left to refill freed rows: pack the last rows down, so steps stop computing free rows
-            while exhausted and (move := _packing_move(rows)):
-                if pending is not None:  # the rows move with their committed contexts: commit them first
-                    hidden = self._commit_graph(state, pending[1], pending[0])
-                    state, pending = model.advance(state, pending[0], [c] * len(pending[0]), hidden), None
-                src, dst = move
-                state = model.move(state, src, dst)
-                canvas[dst], history[:, dst] = canvas[src], history[:, src]
-                if stable is not None:
-                    stable.move(src, dst)
-                if sc_rows[src]:
-                    logits.sc[dst].copy_(logits.sc[src])
-                rows[dst], sc_rows[dst], rows[src], sc_rows[src] = rows[src], sc_rows[src], None, False
-                masks = None
-            busy = [i for i, r in enumerate(rows) if r is not None]
+            self._admit(batch, queue, batch_size)
+            self._pack(batch)
+            busy = batch.busy()
             if not busy:
                 return
-            b = busy[-1] + 1 if self._whole is None else bucket(busy[-1] + 1)
-            if logits.capacity < b:
-                logits.grow(b)
-                sample = fused_sampling(logits.sc) if self.fused else sample
-            if masks is None and self._whole is None:  # rows were admitted, committed or released
-                masks = model.canvas_masks(state, c, b)
+            read = self._step(batch, busy)
+            stops = self._tally(batch, busy, read)
+            self._commit(batch, read.argmax, stops)
+            yield from self._retire(batch, busy, stops.leaving, t0, read.at)
 
-            keys = torch.tensor(
-                [
-                    [r.req.seed if r else 0 for r in rows[:b]],
-                    [r.canvas_idx if r else 0 for r in rows[:b]],
-                    [r.step if r else 0 for r in rows[:b]],
-                ],
-                dtype=torch.long,
-            )  # host-known: copied to the device, never read back
-            temps = cfg.temperatures(keys[2])  # host-known
-            temperature = temps.to(dev)
-            keys = keys.to(dev)
-            if self._whole is not None:
-                step_args = (state, canvas[:b], history[:, :b], logits.raw[:b], sc_rows[:b], keys, temperature)
-                if pending is None:
-                    out = self._whole(*step_args)
-                else:  # the last step's commits, in this step's forward
-                    out, hidden = self._whole.with_commit(*step_args, pending[1], pending[0])
-                    state, pending = model.advance(state, pending[0], [c] * len(pending[0]), hidden), None
-            else:
-                sc = logits.sc[:b] if any(sc_rows[:b]) else None
-                x = model.denoise(state, canvas[:b], masks, sc, sc_rows[:b], out=logits.raw[:b])
-                out = sampler_step(cfg, sample, x, temperature, model.softcap, keys, canvas[:b], history[:, :b], v)
-            if verifying_on:  # a pinned position 0 keeps its (already emitted) AR token
-                pin = torch.tensor([-1 if r is None or r.pin is None else r.pin for r in rows[:b]], device=dev)
-                out.canvas[:, 0] = torch.where(pin >= 0, pin, out.canvas[:, 0])  # host-known, as the keys
-                out.argmax[:, 0] = torch.where(pin >= 0, pin, out.argmax[:, 0])
-            canvas[:b], history[:, :b] = out.canvas, out.history
-            parts = [out.finished.long()[:, None], out.kept[:, None], out.argmax]
-            if cfg.capture_trajectory:  # the accepted mask and the kept tokens ride in the same read
-                parts += [out.keep.long(), out.canvas.long()]
-            if stable is not None:  # and so does each row's stable prefix length
-                parts.append(stable.update(out.keep, out.argmax)[:, None])
-            host = torch.cat(parts, dim=1).cpu().tolist()  # the one device read of the step
-            read_at = time.perf_counter()  # a canvas that stopped in this step is final from here on
-            entropies = out.mean_entropy.tolist() if cfg.capture_trajectory or cfg.verify == "step_cap" else None
-            trajectory = entropies if cfg.capture_trajectory else None
+    def _open_batch(self, on_visible) -> Batch:
+        cfg, model, c, dev = self.sampler, self.model, self.canvas_length, self.model.device
+        workspace = model.dtype if self._whole is not None else torch.float32
+        logits = LogitsWorkspace(c, model.vocab_size, dev, model.dtype if self.fused else None, workspace)
+        return Batch(
+            canvas=torch.empty((0, c), dtype=torch.long, device=dev),
+            history=torch.full((cfg.stability_steps, 0, c), -1, dtype=torch.long, device=dev),
+            logits=logits,
+            sample=fused_sampling(logits.sc) if self.fused else torch_sampling(self._draw),
+            # sampler.stream_after_stable: built only when on, so a run that does not stream does none of it
+            stable=StableRuns(cfg.stream_after_stable, c, dev) if cfg.streaming else None,
+            visible=StableStream(model.eos_ids, on_visible) if cfg.streaming else None,
+        )
 
-            leaving, committing, verifying = [], [], []
-            rows[busy[0]].result.row_forwards += b - len(busy)  # free rows computed this step: waste
-            for i in busy:
-                row, (fin, kept, *rest) = rows[i], host[i]
-                argmax = rest[:c]
-                res = row.result
-                res.nfe += 1
-                res.row_forwards += 1
-                res.steps_per_canvas[-1] += 1
-                res.accepted_per_step[-1].append(kept)
-                res.renoised_per_step[-1].append(c - kept)
-                if trajectory is not None:
-                    res.trajectory = res.trajectory or []
-                    res.trajectory.append(
-                        {
-                            "canvas": row.canvas_idx,
-                            "step": row.step,
-                            "argmax": argmax,
-                            "mean_entropy": trajectory[i],
-                            "temperature": temps[i].item(),
-                            "accepted": [p for p, k in enumerate(rest[c : 2 * c]) if k],
-                            "tokens": rest[2 * c : 3 * c],  # the next input: accepted positions keep these
-                        }
-                    )
-                row.step += 1
-                sc_rows[i] = cfg.self_conditioning
-                if not fin and row.step < cfg.step_cap:
-                    if visible is not None:
-                        at_token = len(row.outputs)
-                        limit = row.req.max_new_tokens - at_token
-                        visible.denoised(i, row.req.sample_id, at_token, argmax, rest[-1], limit, read_at)
-                    continue
-                res.step_cap_hits += int(not fin)
-                if verifying_on and wants_verify(cfg, bool(fin), row.step, entropies[i] if entropies else None):
-                    verifying.append(i)  # its tokens are known once the AR mode has verified them
-                    row.warm = argmax  # the draft, until the verification cuts it
-                    continue
-                if res.ttft_s is None:  # the first committed canvas: its tokens can be shown
-                    res.ttft_s = read_at - row.admitted
-                row.outputs.extend(argmax if row.pin is None else argmax[1:])  # a pinned token was emitted already
-                if self._ended(row):
-                    leaving.append(i)
-                else:
-                    committing.append(i)
-                    if visible is not None:
-                        visible.committed(i, row.req.sample_id, len(row.outputs) - c, argmax, read_at)
+    def _admit(self, batch: Batch, queue: Iterator[GenerationRequest], batch_size: int) -> None:
+        """Queued requests take the free rows: prefilled into those rows' slots, each with its first canvas."""
+        model, c = self.model, self.canvas_length
+        free = [i for i in range(batch_size) if i >= len(batch.rows) or batch.rows[i] is None]  # not a bucket's pad
+        new = [] if batch.exhausted else [self._start(r) for r in islice(queue, len(free))]
+        batch.exhausted = batch.exhausted or len(new) < len(free)
+        if not new:
+            return
+        at = free[: len(new)]
+        if batch.state is None:
+            batch.state = model.open(min(batch_size, len(new)) if batch.exhausted else batch_size, c)
+        grow = max(-(-r.req.max_new_tokens // c) * c for r in new)
+        batch.state = model.prefill([r.req.prompt_ids for r in new], batch.state, at, grow=grow)
+        top = max(at) + 1
+        batch.grow(top if self._whole is None else bucket(top))  # a compiled step's padding rows are free rows
+        batch.place(at, new, self._init_canvas(new))
 
-            for i in committing:  # committed as drafted: the next canvas is drafted freely
-                rows[i].pin = rows[i].warm = None
-            if committing and not verifying:
-                if self._fold:  # re-encoded by the next step's forward, which starts their next canvases after it
-                    pending = (list(committing), out.argmax[committing])
-                elif self._commit_graph is None:
-                    state = model.commit(state, out.argmax[committing], committing)
-                else:  # the same re-encode as one compiled graph
-                    hidden = self._commit_graph(state, out.argmax[committing], committing)
-                    state = model.advance(state, committing, [c] * len(committing), hidden)
-            elif verifying:  # one causal forward re-encodes every stopped canvas and verifies the drafts
-                both = committing + verifying
-                encode = model.encode_canvas if self._commit_graph is None else self._commit_graph
-                hidden = encode(state, out.argmax[both], both)
-                kept = [c] * len(committing)
-                kept += self._verified(state, out.argmax[verifying], hidden[len(committing) :], verifying, rows)
-                state = model.advance(state, both, kept, hidden)
-                del hidden
-                for i in verifying:
-                    (leaving if self._ended(rows[i]) else committing).append(i)
-            if committing:
-                for i in committing:
-                    row = rows[i]
-                    row.result.encoder_forwards += int(i not in verifying)  # a verify counted its own
-                    row.canvas_idx, row.step = row.canvas_idx + 1, 0
-                    self._open_canvas(row.result)
-                    sc_rows[i] = False
-                idx = torch.tensor(committing, device=dev)
-                fresh = [rows[i] for i in committing]
-                canvas = canvas.index_copy(0, idx, self._init_canvas(fresh))
-                history = history.index_fill(1, idx, -1)
-                if stable is not None:  # the next canvas: nothing of it is stable yet
-                    stable.reset(idx)
-            if committing or verifying:
-                masks = None
-            if leaving:
-                state = model.release(state, leaving)
-                masks = None
-            now = time.perf_counter()
-            for i in busy:
-                rows[i].result.wall_time_s += (now - t0) / len(busy)
-            for i in leaving:
-                res = self._finish(rows[i], now)
-                if visible is not None:
-                    visible.finished(i, res, rows[i].admitted, read_at)
-                yield res
-                rows[i], sc_rows[i] = None, False
+    def _pack(self, batch: Batch) -> None:
+        """No request left to refill freed rows: pack the last rows down, so steps stop computing free rows."""
+        while batch.exhausted and (move := batch.packing_move()):
+            if batch.pending is not None:  # the rows move with their committed contexts: commit them first
+                self._settle(batch, self._commit_graph(batch.state, batch.pending[1], batch.pending[0]))
+            batch.state = self.model.move(batch.state, *move)
+            batch.move(*move)
+
+    def _step(self, batch: Batch, busy: list[int]) -> StepRead:
+        """One denoising step of rows 0..b-1 (forward, softcap + temperature, draw, accept, re-noise, adaptive
+        stop), then the step's one device read."""
+        cfg, model, c, dev = self.sampler, self.model, self.canvas_length, self.model.device
+        b = busy[-1] + 1 if self._whole is None else bucket(busy[-1] + 1)
+        if batch.logits.capacity < b:
+            batch.logits.grow(b)
+            batch.sample = fused_sampling(batch.logits.sc) if self.fused else batch.sample
+        if batch.masks is None and self._whole is None:  # rows were admitted, committed or released
+            batch.masks = model.canvas_masks(batch.state, c, b)
+        keys = batch.keys(b)  # host-known: copied to the device, never read back
+        temps = cfg.temperatures(keys[2])  # host-known
+        out = self._forward(batch, b, keys.to(dev), temps.to(dev))
+        if cfg.verify != "off":  # a pinned position 0 keeps its (already emitted) AR token
+            pin = batch.pins(b)
+            out.canvas[:, 0] = torch.where(pin >= 0, pin, out.canvas[:, 0])  # host-known, as the keys
+            out.argmax[:, 0] = torch.where(pin >= 0, pin, out.argmax[:, 0])
+        batch.canvas[:b], batch.history[:, :b] = out.canvas, out.history
+        parts = [out.finished.long()[:, None], out.kept[:, None], out.argmax]
+        if cfg.capture_trajectory:  # the accepted mask and the kept tokens ride in the same read
+            parts += [out.keep.long(), out.canvas.long()]
+        if batch.stable is not None:  # and so does each row's stable prefix length
+            parts.append(batch.stable.update(out.keep, out.argmax)[:, None])
+        host = torch.cat(parts, dim=1).cpu().tolist()  # the one device read of the step
+        at = time.perf_counter()  # a canvas that stopped in this step is final from here on
+        entropies = out.mean_entropy.tolist() if cfg.capture_trajectory or cfg.verify == "step_cap" else None
+        return StepRead(b, out.argmax, host, temps, entropies, at)
+
+    def _forward(self, batch: Batch, b: int, keys: torch.Tensor, temperature: torch.Tensor):
+        """The step's forward and draw: the compiled step (with the last step's folded commits), or eager."""
+        model = self.model
+        sc_rows, canvas, history, raw = batch.sc_rows(b), batch.canvas[:b], batch.history[:, :b], batch.logits.raw[:b]
+        if self._whole is None:
+            sc = batch.logits.sc[:b] if any(sc_rows) else None
+            x = model.denoise(batch.state, canvas, batch.masks, sc, sc_rows, out=raw)
+            return sampler_step(
+                self.sampler, batch.sample, x, temperature, model.softcap, keys, canvas, history, model.vocab_size
+            )
+        step_args = (batch.state, canvas, history, raw, sc_rows, keys, temperature)
+        if batch.pending is None:
+            return self._whole(*step_args)
+        out, hidden = self._whole.with_commit(*step_args, batch.pending[1], batch.pending[0])  # the last commits
+        self._settle(batch, hidden)
+        return out
+
+    def _settle(self, batch: Batch, hidden: torch.Tensor) -> None:
+        """The pending (folded) commits' K/V, encoded as `hidden`, enter their rows' cache."""
+        at, c = batch.pending[0], self.canvas_length
+        batch.state, batch.pending = self.model.advance(batch.state, at, [c] * len(at), hidden), None
+
+    def _tally(self, batch: Batch, busy: list[int], read: StepRead) -> Stops:
+        """Each busy row's step counted; a row whose canvas stopped goes to verify, commit or leave."""
+        cfg, c = self.sampler, self.canvas_length
+        stops = Stops()
+        batch.rows[busy[0]].result.row_forwards += read.b - len(busy)  # free rows computed this step: waste
+        for i in busy:
+            row, (fin, kept, *rest) = batch.rows[i], read.host[i]
+            argmax = rest[:c]
+            self._count(row, kept, rest, read, i)
+            row.step += 1
+            row.sc = cfg.self_conditioning
+            if fin or row.step >= cfg.step_cap:
+                self._stopped(batch, i, bool(fin), argmax, read, stops)
+            elif batch.visible is not None:
+                at_token = len(row.outputs)
+                limit = row.req.max_new_tokens - at_token
+                batch.visible.denoised(i, row.req.sample_id, at_token, argmax, rest[-1], limit, read.at)
+        return stops
+
+    def _count(self, row: Row, kept: int, rest: list[int], read: StepRead, i: int) -> None:
+        """The step in the row's result (forwards, accepted / re-noised counts, the trajectory when captured)."""
+        c, res = self.canvas_length, row.result
+        res.nfe += 1
+        res.row_forwards += 1
+        res.steps_per_canvas[-1] += 1
+        res.accepted_per_step[-1].append(kept)
+        res.renoised_per_step[-1].append(c - kept)
+        if self.sampler.capture_trajectory:
+            res.trajectory = res.trajectory or []
+            res.trajectory.append(
+                {
+                    "canvas": row.canvas_idx,
+                    "step": row.step,
+                    "argmax": rest[:c],
+                    "mean_entropy": read.entropies[i],
+                    "temperature": read.temps[i].item(),
+                    "accepted": [p for p, k in enumerate(rest[c : 2 * c]) if k],
+                    "tokens": rest[2 * c : 3 * c],  # the next input: accepted positions keep these
+                }
+            )
+
+    def _stopped(self, batch: Batch, i: int, fin: bool, argmax: list[int], read: StepRead, stops: Stops) -> None:
+        """Row i's canvas stopped: to verify (its tokens are known once the AR mode has verified them), or its
+        tokens are output and the row commits the canvas or, its sequence ended, leaves."""
+        cfg, row = self.sampler, batch.rows[i]
+        res = row.result
+        res.step_cap_hits += int(not fin)
+        if cfg.verify != "off" and wants_verify(cfg, fin, row.step, read.entropies[i] if read.entropies else None):
+            stops.verifying.append(i)
+            row.warm = argmax  # the draft, until the verification cuts it
+            return
+        if res.ttft_s is None:  # the first committed canvas: its tokens can be shown
+            res.ttft_s = read.at - row.admitted
+        row.outputs.extend(argmax if row.pin is None else argmax[1:])  # a pinned token was emitted already
+        if self._ended(row):
+            stops.leaving.append(i)
+            return
+        stops.committing.append(i)
+        if batch.visible is not None:
+            batch.visible.committed(i, row.req.sample_id, len(row.outputs) - self.canvas_length, argmax, read.at)
+
+    def _commit(self, batch: Batch, argmax: torch.Tensor, stops: Stops) -> None:
+        """Stopped canvases are re-encoded into their rows' cache (folded into the next step's forward where the
+        compiled step allows it; with verification, one forward that also verifies), and their rows start the
+        next canvas."""
+        model, c = self.model, self.canvas_length
+        committing, verifying = stops.committing, stops.verifying
+        for i in committing:  # committed as drafted: the next canvas is drafted freely
+            batch.rows[i].pin = batch.rows[i].warm = None
+        if committing and not verifying:
+            if self._fold:  # re-encoded by the next step's forward, which starts their next canvases after it
+                batch.pending = (list(committing), argmax[committing])
+            elif self._commit_graph is None:
+                batch.state = model.commit(batch.state, argmax[committing], committing)
+            else:  # the same re-encode as one compiled graph
+                hidden = self._commit_graph(batch.state, argmax[committing], committing)
+                batch.state = model.advance(batch.state, committing, [c] * len(committing), hidden)
+        elif verifying:
+            self._verify(batch, argmax, stops)
+        if committing:
+            for i in committing:
+                row = batch.rows[i]
+                row.result.encoder_forwards += int(i not in verifying)  # a verify counted its own
+                row.canvas_idx, row.step, row.sc = row.canvas_idx + 1, 0, False
+                self._open_canvas(row.result)
+            batch.restart(committing, self._init_canvas([batch.rows[i] for i in committing]))
+        if committing or verifying:
+            batch.masks = None
+
+    def _verify(self, batch: Batch, argmax: torch.Tensor, stops: Stops) -> None:
+        """One causal forward re-encodes every stopped canvas and verifies the drafts; a verified row then
+        commits or leaves."""
+        committing, verifying = stops.committing, stops.verifying
+        both = committing + verifying
+        encode = self.model.encode_canvas if self._commit_graph is None else self._commit_graph
+        hidden = encode(batch.state, argmax[both], both)
+        kept = [self.canvas_length] * len(committing)
+        kept += self._verified(batch.state, argmax[verifying], hidden[len(committing) :], verifying, batch.rows)
+        batch.state = self.model.advance(batch.state, both, kept, hidden)
+        for i in verifying:
+            (stops.leaving if self._ended(batch.rows[i]) else committing).append(i)
+
+    def _retire(
+        self, batch: Batch, busy: list[int], leaving: list[int], t0: float, read_at: float
+    ) -> Iterator[GenerationResult]:
+        """Ended rows release their slots and their results are yielded; the step's wall time is shared out."""
+        if leaving:
+            batch.state = self.model.release(batch.state, leaving)
+            batch.masks = None
+        now = time.perf_counter()
+        for i in busy:
+            batch.rows[i].result.wall_time_s += (now - t0) / len(busy)
+        for i in leaving:
+            row = batch.rows[i]
+            res = self._finish(row, now)
+            if batch.visible is not None:
+                batch.visible.finished(i, res, row.admitted, read_at)
+            yield res
+            batch.rows[i] = None
 
     def _verified(self, state, canvases: torch.Tensor, hidden: torch.Tensor, at: list[int], rows: list) -> list[int]:
         """The AR mode verifies the canvases of rows `at` (`harness.engine.canvas_verify`): each row emits its accepted
@@ -439,16 +404,16 @@ class BlockDiffusionDecoder(LockstepDecoding):
             row.pin, row.warm = v.pin, row.warm[v.kept + 1 :]
         return [v.kept for v in checked]
 
-    def _ended(self, row: _Row) -> bool:
+    def _ended(self, row: Row) -> bool:
         """EOS, a stop string or the length cap in the row's output so far."""
         _, _, reason = cut_at_stop(self.tokenizer, row.outputs, self.model.eos_ids, row.req.stop_strings)
         return reason != "length" or len(row.outputs) >= row.req.max_new_tokens
 
-    def _start(self, req: GenerationRequest) -> _Row:
+    def _start(self, req: GenerationRequest) -> Row:
         check_request(req)
         res = GenerationResult(req.sample_id, [], "", 0, encoder_forwards=1, prompt_tokens=len(req.prompt_ids))
         self._open_canvas(res)
-        return _Row(req, res, admitted=time.perf_counter())
+        return Row(req, res, admitted=time.perf_counter())
 
     @staticmethod
     def _open_canvas(res: GenerationResult) -> None:
@@ -456,7 +421,7 @@ class BlockDiffusionDecoder(LockstepDecoding):
         res.accepted_per_step.append([])
         res.renoised_per_step.append([])
 
-    def _init_canvas(self, rows: list[_Row]) -> torch.Tensor:
+    def _init_canvas(self, rows: list[Row]) -> torch.Tensor:
         dev = self.model.device
         seed = torch.tensor([r.req.seed for r in rows], dtype=torch.long, device=dev)
         canvas_idx = torch.tensor([r.canvas_idx for r in rows], dtype=torch.long, device=dev)
@@ -467,7 +432,7 @@ class BlockDiffusionDecoder(LockstepDecoding):
                 x[i, : 1 + len(r.warm)] = torch.tensor([r.pin, *r.warm], device=dev)
         return x
 
-    def _finish(self, row: _Row, now: float) -> GenerationResult:
+    def _finish(self, row: Row, now: float) -> GenerationResult:
         req, res = row.req, row.result
         toks, text, reason = cut_at_stop(
             self.tokenizer, row.outputs[: req.max_new_tokens], self.model.eos_ids, req.stop_strings
@@ -476,13 +441,3 @@ class BlockDiffusionDecoder(LockstepDecoding):
         res.text, res.finished_by = text, reason
         res.latency_s = now - row.admitted
         return res
-
-
-def decoder_for(model, sampler: SamplerConfig):
-    """The decoder for a built model: block-diffusion adapters get this engine (or, for a `decoder=diffusers` sampler,
-    diffusers' pipeline: `harness.engine.diffusers_decoder`); AR decoders decode themselves."""
-    if getattr(sampler, "decoder", None) == "diffusers":
-        from harness.engine.diffusers_decoder import DiffusersDecoder
-
-        return DiffusersDecoder(model, sampler)
-    return BlockDiffusionDecoder(model, sampler) if getattr(model, "kind", None) == DecoderKind.DIFFUSION else model

@@ -287,16 +287,3 @@ class MaskedDiffusionDecoder:
         if res.ttft_s is None:
             res.ttft_s = res.latency_s
         return res
-
-
-def decoder_for(model, sampler):
-    """The decoder for a built model: masked adapters get this loop; everything else `harness.engine.decode`'s."""
-    if getattr(model, "kind", None) == DecoderKind.MASKED:
-        if not isinstance(sampler, MaskedSamplerConfig):
-            raise ValueError(f"sampler={sampler.name}: a uniform-state sampler on a masked model; use a masked sampler")
-        return MaskedDiffusionDecoder(model, sampler)
-    if isinstance(sampler, MaskedSamplerConfig):
-        raise ValueError(f"sampler={sampler.name}: a masked sampler needs a masked model (model.kind=masked)")
-    from harness.engine.decode import decoder_for as uniform_decoder_for
-
-    return uniform_decoder_for(model, sampler)

@@ -54,7 +54,7 @@ def decode_shard(config_yaml: str, run_dir: str, shard: int, shards: int, batch_
     import torch
     from hydra.utils import instantiate
 
-    from harness.engine.masked import decoder_for
+    from harness.engine.decoders import decoder_for
     from harness.runner.identity import loaded_commit
 
     cfg = OmegaConf.create(config_yaml)
