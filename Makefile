@@ -6,7 +6,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: venv test test-fast lint sweep search films tiny-models pareto bench gpu-check gpu-plan kernel-build clean
+.PHONY: venv test test-fast lint sweep families search films tiny-models pareto bench gpu-check gpu-plan kernel-build clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -47,6 +47,17 @@ sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + A
 	      $(PY) -m harness.run experiment=$$part 'hydra.callbacks={}' || exit 1; done ) & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 	$(PY) -m harness.pareto $(SWEEP_DIR) --out $(SWEEP_DIR)/summary
+
+# Masked vs uniform-state vs AR at equal size (docs/families.md): two lanes, one per core (masked samplers | the
+# uniform-state samplers and the AR baselines), into one sweep dir; the table, dominance tests and figures at the end.
+FAMILIES_MASKED := masked_refine_t095,masked_refine_t07,masked_refine_t05,masked_low_confidence,masked_remdm_r01,masked_remdm_r025
+FAMILIES_OTHERS := uniform_b003,uniform_b01,uniform_b03,uniform_b10,uniform_b01_remask01,uniform_default,ar,ar_draft
+FAMILIES_DIR := outputs/sweeps/sudoku_families
+families: venv  ## masked vs uniform-state vs AR (+ draft) at equal size on the 300 held-out 6x6 puzzles, ~10 min on 2 cores
+	@pids=""; for fams in $(FAMILIES_MASKED) $(FAMILIES_OTHERS); do \
+	  $(PY) -m harness.run experiment=sudoku_families fam=$$fams '~hydra.callbacks.sweep_summary' & pids="$$pids $$!"; \
+	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
+	$(PY) -m harness.pareto $(FAMILIES_DIR) --out $(FAMILIES_DIR)/summary
 
 search: venv  ## multi-objective sampler search on Sudoku (11 runs, ~2 min on 2 cores) vs the make sweep grid: hypervolume, dominance
 	$(PY) -m harness.analysis.search_vs_grid

@@ -88,7 +88,10 @@ class GenerationResult:
     renoised_per_step: list[list[int]] = field(default_factory=list)
     # sampler.capture_trajectory only: per denoising step (all canvases in order) {"canvas": index, "step": index in
     # the canvas, "argmax": argmax canvas (the last step's is the committed canvas), "mean_entropy", "temperature",
-    # "accepted": positions that kept their sampled token (the others were re-noised)}; films: harness/figures/films.py
+    # "accepted": positions that kept their sampled token (the others were re-noised), "tokens": the canvas after the
+    # step (accepted positions hold their kept token)}; masked decoders: "argmax" = "tokens" = the block (mask id where
+    # masked), "accepted" = its filled positions, "offset" = its start in the output, "mask_id". Films:
+    # harness/figures/films.py; self-correction counts: evals/corrections.py
     trajectory: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -44,6 +44,11 @@ class Eval(ABC):
     def score(self, item: EvalItem, text: str) -> dict[str, Any]:
         """Per-sample scores; must include `correct` (float in [0, 1]), the default quality."""
 
+    def position_target(self, item: EvalItem) -> str | None:
+        """The right output text whose i-th token is the right i-th output token, where the eval knows it per position
+        (self-correction counts, `evals.corrections`); None (the default) where it does not."""
+        return None
+
     def summarize(self, scored: list[dict[str, Any]]) -> dict[str, Any]:
         """Eval-level quality figures from stored sample rows. Default: quality = mean of `correct`."""
         n = len(scored)

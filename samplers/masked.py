@@ -62,6 +62,7 @@ class MaskedSamplerConfig:
     block_length: int | None = None  # null: the model's block length
     family: str = FAMILY  # tells the config checks this sampler is for masked models
     cap_at_block: bool = False  # steps <= block length (see steps_for)
+    capture_trajectory: bool = False  # record each step's block and filled positions (evals.corrections, films)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -116,9 +117,8 @@ class MaskedSamplerConfig:
             "top_p",
             f"must be null or in (0, 1], got {self.top_p!r}",
         )
-        _require(
-            isinstance(self.eos_early_stop, bool), "eos_early_stop", f"must be a bool, got {self.eos_early_stop!r}"
-        )
+        for key in ("eos_early_stop", "capture_trajectory"):
+            _require(isinstance(getattr(self, key), bool), key, f"must be a bool, got {getattr(self, key)!r}")
         _require(
             self.block_length is None or (_is_int(self.block_length) and self.block_length > 0),
             "block_length",

@@ -104,6 +104,9 @@ def test_one_offline_run_per_job_with_metrics_and_samples_table(tmp_path, no_wan
             "latency_s": pytest.approx(0.03 * n),
             "ttfv_s": None,
             "revised_tokens": None,
+            "corr_changed": None,  # no trajectory: self-correction not measured (evals.corrections)
+            "corr_repairs": None,
+            "corr_breaks": None,
         }
         assert table["sample_id"].tolist() == ["q0", "q1", "q2"] and table["correct"].tolist() == [1.0, 0.0, 1.0]
     (crashed,) = find_offline_runs(tmp_path / "crashed")

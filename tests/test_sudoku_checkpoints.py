@@ -23,3 +23,20 @@ def test_ar_checkpoint_decodes_grids():
     torch.set_num_threads(1)
     m = check(str(CKPT / "sudoku6_ar"), limit=10, batch_size=10)
     assert m["tpf"] == 1.0 and m["blank_accuracy"] > 0.4  # far above chance (1/6) on blank cells
+
+
+def test_masked_checkpoint_solves_held_out_puzzles_through_the_masked_adapter():
+    from contract.records import GenerationRequest
+    from evals.sudoku.eval import SudokuEval
+    from harness.engine.masked import MaskedDiffusionDecoder
+    from models.masked_diffusion import MaskedDiffusionAdapter
+    from samplers.masked import LowConfidenceConfig
+
+    ad = MaskedDiffusionAdapter(str(CKPT / "sudoku6_masked"), dtype="float32", context="cache", num_threads=1)
+    assert (ad.block_length, ad.mask_id) == (36, 103) and ad.describe()["parameters"] == 868_736
+    ev = SudokuEval(path="evals/sudoku/data/sudoku6_test.jsonl", num_puzzles=50)
+    items = ev.items()
+    reqs = [GenerationRequest(it.sample_id, ad.encode(it.prompt), 0, 36) for it in items]
+    results = MaskedDiffusionDecoder(ad, LowConfidenceConfig(steps_per_block=32)).generate(reqs)
+    solved = sum(ev.score(it, r.text)["solved"] for it, r in zip(items, results, strict=True))
+    assert solved >= 40  # 89% of the 300 held-out puzzles at this setting (docs/families.md)

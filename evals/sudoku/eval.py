@@ -125,6 +125,10 @@ class SudokuEval(Eval):
     def score(self, item: EvalItem, text: str) -> dict[str, Any]:
         return score_answer(item.meta["puzzle"], item.target, parse_answer(text, self.size, self.format))
 
+    def position_target(self, item: EvalItem) -> str | None:
+        """Compact format: the solution digits, one token per cell (chat replies have no fixed positions)."""
+        return item.target if self.format == "compact" else None
+
     def summarize(self, scored: list[dict[str, Any]]) -> dict[str, Any]:
         out = _figures(scored, "")
         out["quality"] = out["solved_rate"]

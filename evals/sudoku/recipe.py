@@ -38,7 +38,7 @@ class ModelShape:
 
 @dataclass
 class TrainConfig:
-    kind: str = "diffusion"  # "diffusion" | "ar"
+    kind: str = "diffusion"  # "diffusion" | "ar" | "masked"
     out_dir: str = "models/checkpoints/sudoku6_diffusion"
     size: int = 6
     steps: int = 3000
@@ -56,6 +56,7 @@ class TrainConfig:
     self_cond_prob: float = 0.5
     sc_temperature: list[float] = field(default_factory=lambda: [0.6, 0.8])
     model: ModelShape = field(default_factory=ModelShape)
+    block_length: int | None = None  # masked only: the block-causal block (null: the whole N*N answer)
     device: str = "cpu"
     threads: int = 2  # CPU threads (0 = torch default)
     bf16: bool = False  # autocast on cuda

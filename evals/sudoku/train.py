@@ -1,7 +1,9 @@
-"""Train small Sudoku solvers: a DiffusionGemma block-diffusion model, or a Gemma 4 AR model / AR draft.
+"""Train small Sudoku solvers: a DiffusionGemma block-diffusion model, a masked block-diffusion model
+(`evals.sudoku.masked`), or a Gemma 4 AR model / AR draft.
 
 Run:  python -m harness.train                       # recipe conf/train/sudoku6_diffusion.yaml (CPU default)
       python -m harness.train train=sudoku6_ar      # same data and budget, AR baseline
+      python -m harness.train train=sudoku6_masked  # same data, masked (absorbing-state) objective
       python -m harness.train train=sudoku9_gpu     # 9x9 on a GPU
       python -m harness.train train=sudoku9_lora    # LoRA fine-tune of DiffusionGemma 26B (docs/lora.md)
 (`python -m evals.sudoku.train ...` is the same entry.)
@@ -26,6 +28,7 @@ from omegaconf import DictConfig
 from evals.sudoku.check import reference_decode
 from evals.sudoku.eval import SudokuEval
 from evals.sudoku.finetune import train_lora
+from evals.sudoku.masked import add_mask_token, build_masked_model, confidence_decode, masked_loss
 from evals.sudoku.recipe import (
     ModelShape,
     Schedule,
@@ -79,7 +82,9 @@ def build_model(cfg: TrainConfig, tokenizer):
         )
     if cfg.kind == "ar":
         return Gemma4ForCausalLM(ar_config(vocab, **shape))
-    raise ValueError(f"kind must be 'diffusion' or 'ar', got {cfg.kind!r}")
+    if cfg.kind == "masked":
+        return build_masked_model(cfg, tokenizer, shape)
+    raise ValueError(f"kind must be 'diffusion', 'ar' or 'masked', got {cfg.kind!r}")
 
 
 class DigitCodec:
@@ -108,10 +113,21 @@ def quick_eval(model, cfg: TrainConfig, tokenizer, n: int, seed: int = 1234) -> 
     ev = SudokuEval(size=cfg.size, num_puzzles=n, blanks=cfg.eval_blanks, seed=seed, format="compact")
     was_training = model.training
     model.eval()
-    rows = reference_decode(model, tokenizer, ev, batch_size=n)
+    rows = masked_probe(model, tokenizer, ev) if cfg.kind == "masked" else reference_decode(model, tokenizer, ev, n)
     model.train(was_training)
     tpf = float(torch.tensor([r["tpf"] for r in rows]).mean())  # float32 mean of the per-row TPFs
     return {"solved": sum(r["solved"] for r in rows) / n, "tpf": tpf}
+
+
+def masked_probe(model, tokenizer, ev: SudokuEval) -> list[dict]:
+    """The masked model's probe rows: `confidence_decode` (4 cells per forward) of `ev`'s puzzles, scored by `ev`."""
+    items = ev.items()
+    cells = ev.size * ev.size
+    dev = next(model.parameters()).device
+    ids = torch.tensor([tokenizer(it.prompt, add_special_tokens=False)["input_ids"] for it in items], device=dev)
+    ans, forwards = confidence_decode(model, ids, cells)
+    texts = tokenizer.batch_decode(ans.tolist(), skip_special_tokens=True)
+    return [{**ev.score(it, text), "tpf": cells / forwards} for it, text in zip(items, texts, strict=True)]
 
 
 def save(model, tokenizer, out: Path, cfg: TrainConfig, meta: dict) -> None:
@@ -132,6 +148,8 @@ def train(cfg: TrainConfig) -> dict:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = char_tokenizer()
+    if cfg.kind == "masked":
+        add_mask_token(tokenizer)
     codec = DigitCodec(tokenizer)
     model = build_model(cfg, tokenizer)
     if cfg.init_from:
@@ -160,6 +178,8 @@ def train(cfg: TrainConfig) -> dict:
         with autocast(cfg, dev):
             if cfg.kind == "diffusion":
                 loss, _ = block_diffusion_loss(model, objective(cfg), Batch(prompt, clean), gen)
+            elif cfg.kind == "masked":
+                loss = masked_loss(model, prompt, clean, gen, (cfg.t_min, cfg.t_max))
             else:
                 loss = ar_loss(model, prompt, clean)
         if not torch.isfinite(loss):

@@ -30,6 +30,7 @@ import pandas as pd
 from contract.records import decode_metrics, interval_figures
 from evals.diagnostics import run_diagnostics
 from harness.analysis.dominance import add_dominance, default_knobs, describe, matches_knobs
+from harness.analysis.families import format_families
 from harness.analysis.fronts import annotate_fronts
 from harness.analysis.hybrid import format_hybrid, hybrid_table
 from harness.analysis.lengths import format_lengths, length_crossovers, length_series
@@ -333,6 +334,9 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     if "reference_run" in table:
         print("\nDominance over the checkpoint's default sampler (paired test on the same items):")
         print(describe(table))
+    if families := format_families(table):
+        print("\nDecoding families at equal size (best run per step budget; harness.analysis.families):")
+        print(families)
     if hybrid := format_hybrid(hybrid_table(table)):
         print("\nHybrid decoding vs the pure modes of the same weights (paired on items; p: one-sided, run better):")
         print(hybrid)

@@ -165,6 +165,14 @@ def default_knobs() -> dict[str, Any]:
     return {k: v for k, v in asdict(EntropyBoundConfig()).items() if k == "name" or k not in NOT_KNOBS}
 
 
+def masked_default_knobs() -> dict[str, Any]:
+    """The masked family's default: `block_refinement` at diffusers' BlockRefinementScheduler defaults
+    (`samplers.masked.MaskedSamplerConfig()`: threshold 0.95, 32 steps per block, greedy, no editing)."""
+    from samplers.masked import MaskedSamplerConfig
+
+    return {k: v for k, v in asdict(MaskedSamplerConfig()).items() if k == "name" or k not in NOT_KNOBS}
+
+
 def _same(a: Any, b: Any) -> bool:
     if a is None or (isinstance(a, float) and np.isnan(a)):
         return b is None or (isinstance(b, float) and np.isnan(b))

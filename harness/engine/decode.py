@@ -230,8 +230,8 @@ class BlockDiffusionDecoder(LockstepDecoding):
             out.argmax[:, 0] = torch.where(pin >= 0, pin, out.argmax[:, 0])
         batch.canvas[:b], batch.history[:, :b] = out.canvas, out.history
         parts = [out.finished.long()[:, None], out.kept[:, None], out.argmax]
-        if cfg.capture_trajectory:  # the accepted mask rides in the same read
-            parts.append(out.keep.long())
+        if cfg.capture_trajectory:  # the accepted mask and the kept tokens ride in the same read
+            parts += [out.keep.long(), out.canvas.long()]
         if batch.stable is not None:  # and so does each row's stable prefix length
             parts.append(batch.stable.update(out.keep, out.argmax)[:, None])
         host = torch.cat(parts, dim=1).cpu().tolist()  # the one device read of the step
@@ -298,6 +298,7 @@ class BlockDiffusionDecoder(LockstepDecoding):
                     "mean_entropy": read.entropies[i],
                     "temperature": read.temps[i].item(),
                     "accepted": [p for p, k in enumerate(rest[c : 2 * c]) if k],
+                    "tokens": rest[2 * c : 3 * c],  # the next input: accepted positions keep these
                 }
             )
 

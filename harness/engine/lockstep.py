@@ -128,6 +128,7 @@ class LockstepDecoding:
                             "mean_entropy": entropy[i],
                             "temperature": temps[i].item(),
                             "accepted": [p for p, k in enumerate(accepted[i]) if k],
+                            "tokens": new_canvas[i].tolist(),
                         }
                     )
             canvas, argmax, sc = new_canvas, new_argmax, x.to(model.dtype)

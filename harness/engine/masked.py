@@ -52,6 +52,7 @@ class _Row:
     forwards: int = 0  # forwards in this block (the random stream's step key)
     finished: bool = False  # EOS committed with no mask before it
     fills: list[int] = field(default_factory=list)
+    remasks: list[int] = field(default_factory=list)
 
     @property
     def block_index(self) -> int:
@@ -197,6 +198,9 @@ class MaskedDiffusionDecoder:
         res.row_forwards += 1
         r.forwards += 1
         r.fills.append(out.filled[k])
+        r.remasks.append(out.remasked[k])
+        if cfg.capture_trajectory:
+            self._record(r)
         if out.remasked[k]:
             res.extra["remasked"] = res.extra.get("remasked", 0) + out.remasked[k]
         if out.edited[k]:
@@ -215,6 +219,24 @@ class MaskedDiffusionDecoder:
             done = capped or not out.edited[k]
         return done and self._next_block(r, capped and (mask in r.block or not had_masks))
 
+    def _record(self, r: _Row) -> None:
+        """One trajectory entry (contract/records.py) after the step: the block as it stands (`argmax`: a stopped
+        block commits it), its filled positions (`accepted`) and where the block starts in the output (`offset`,
+        negative when the first block holds the prompt's tail)."""
+        mask = self.model.mask_id
+        res = r.result
+        res.trajectory = res.trajectory or []
+        res.trajectory.append(
+            {
+                "canvas": r.block_index,
+                "step": r.forwards - 1,
+                "argmax": list(r.block),
+                "accepted": [p for p, t in enumerate(r.block) if t != mask and len(r.seq) + p >= r.prompt_len],
+                "offset": len(r.seq) - r.prompt_len,
+                "mask_id": mask,
+            }
+        )
+
     def _eos_committed(self, r: _Row, changed: list[bool]) -> bool:
         """diffusers' check: an EOS among this step's commits, and the first EOS of the sequence after the prompt
         with no mask between the prompt and it."""
@@ -230,13 +252,14 @@ class MaskedDiffusionDecoder:
         res = r.result
         res.steps_per_canvas.append(r.forwards)
         res.accepted_per_step.append(r.fills)
+        res.renoised_per_step.append(r.remasks)
         res.step_cap_hits += int(capped)
         if res.ttft_s is None and len(r.seq) + len(r.block) > r.prompt_len:
             res.ttft_s = time.perf_counter() - r.admitted
         r.seq = r.seq + r.block
         r.block = [self.model.mask_id] * len(r.block)
         r.step_idx = r.post_steps = r.forwards = 0
-        r.fills = []
+        r.fills, r.remasks = [], []
         if len(r.seq) >= r.end:
             return True
         if r.req.stop_strings:
@@ -254,6 +277,7 @@ class MaskedDiffusionDecoder:
         if r.finished:  # ended mid-block: its block is part of the output
             res.steps_per_canvas.append(r.forwards)
             res.accepted_per_step.append(r.fills)
+            res.renoised_per_step.append(r.remasks)
             r.seq = r.seq + r.block
         toks, text, reason = cut_at_stop(
             self.tokenizer, r.seq[r.prompt_len : r.gen_end], self.model.eos_ids, r.req.stop_strings

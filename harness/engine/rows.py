@@ -162,7 +162,7 @@ class StepRead:
 
     b: int  # rows computed (0..b-1)
     argmax: torch.Tensor  # (b, C) on the device: the canvases a commit re-encodes
-    host: list[list[int]]  # per row: finished, kept, the argmax canvas [, accepted mask] [, stable prefix]
+    host: list[list[int]]  # per row: finished, kept, the argmax canvas [, accepted mask, kept tokens] [, stable prefix]
     temps: torch.Tensor  # (b,) on the host
     entropies: list[float] | None  # per row mean entropy, where a trajectory or step_cap verification needs it
     at: float  # when the read returned: a canvas that stopped in this step is final from here on

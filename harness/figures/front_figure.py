@@ -38,6 +38,7 @@ MARKERS = {
     "ar-same-weights": "v",
     "self-speculative": "P",
     "routed": "h",
+    "masked": "p",
 }
 X_AXES = {"tpf": "tokens per forward (TPF)", "tokens_per_second": "tokens / s"}
 DOMINATES = "dominates_default"  # gid of the red rings

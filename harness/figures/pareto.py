@@ -37,6 +37,7 @@ from matplotlib.ticker import MaxNLocator
 from harness.analysis.aggregate import SAMPLER_PREFIX, cli_parser, print_summary, summarize, tpf_range, write_table
 from harness.analysis.lengths import length_crossovers, length_figure, length_series
 from harness.analysis.scaling import crossovers, latency_figure, scaling_figure, scaling_series
+from harness.figures.families_plot import families_figure
 from harness.figures.front_figure import MARKERS, X_AXES, pareto_figure
 from harness.figures.pareto_html import pareto_html
 from harness.figures.plot_points import (
@@ -254,6 +255,8 @@ def make_report(
     report = Report(table, fronts, files=list(files))
     for ev, g in table.groupby("eval", sort=True):
         report.files += save_figure(diagnostics_figure(g), out_dir, f"diagnostics_{safe_stem(ev)}")
+        if (fam := families_figure(g)) is not None:  # masked / uniform-state / AR runs side by side
+            report.files += save_figure(fam, out_dir, f"families_{safe_stem(ev)}")
         if g["quality"].isna().all():
             print(f"[pareto] eval {ev!r} has no quality scores: no Pareto plot")
             continue

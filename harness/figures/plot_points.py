@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.aggregate import SAMPLER_PREFIX
-from harness.analysis.dominance import default_knobs, matches_knobs
+from harness.analysis.dominance import default_knobs, masked_default_knobs, matches_knobs
 from harness.analysis.hybrid import family_of_hybrid
 from samplers.knobs import NOT_KNOBS, label_part
 
@@ -41,7 +41,8 @@ KIND_NAMES = {
 }
 # Runs whose sampler group drafts the tokens: their knobs label the points. The hybrid kinds (diffusion drafts,
 # the same weights' AR mode verifies: harness.engine.canvas_verify) are families of their own, a routed one per rule.
-SAMPLER_KINDS = ("diffusion", "self-speculative", "routed")
+SAMPLER_KINDS = ("diffusion", "self-speculative", "routed", "masked")
+MASKED = "masked"  # every masked (absorbing-state) sampler: one family, one colour (experiment=sudoku_families)
 ROUTED = "routed"
 FAMILY_NAMES = {
     "entropy_bound": "entropy bound",
@@ -51,6 +52,7 @@ FAMILY_NAMES = {
     "diffusers_entropy_bound": "entropy bound (diffusers)",
     "diffusers_block_refinement": "block refinement (diffusers)",
     "diffusers_ddim": "DDIM (diffusers)",
+    MASKED: "masked (all samplers)",
 }
 REMASK = "+remask"
 # Knobs that choose how a draw is computed, not which tokens the rule keeps: not worth a label (a sweep over
@@ -78,6 +80,8 @@ def family_of(row: pd.Series | dict[str, Any]) -> str:
     label = row.get("label")
     if label == ROUTED:  # one family per routing rule: `routed (steps)`
         return family_of_hybrid(label, row.get(f"{SAMPLER_PREFIX}verify"))
+    if label == MASKED:
+        return MASKED
     if label != "diffusion":
         return str(label)
     name = str(row.get("sampler") or "diffusion")
@@ -98,6 +102,8 @@ def is_default(row: pd.Series | dict[str, Any]) -> bool:
     """The run is the default sampler: the reference run the dominance test compared against (`reference_run`,
     `harness.analysis.dominance`) where the table names one, else a diffusion run whose knobs all equal the checkpoint's
     (`harness.analysis.dominance.default_knobs`: one definition of "the default" for the star and the red ring)."""
+    if row.get("label") == MASKED:  # the masked family's own default (block refinement at diffusers' defaults)
+        return matches_knobs(row, masked_default_knobs())
     if row.get("label") != "diffusion":
         return False
     ref = row.get("reference_run")
@@ -135,6 +141,8 @@ def point_label(row: pd.Series, knobs: list[str]) -> str:
         if _missing(v):
             continue
         parts.append(label_part(c[len(SAMPLER_PREFIX) :], v))
+    if row["label"] == MASKED:  # one family, several samplers: the sampler names the point
+        parts.insert(0, str(row.get("sampler")))
     return " ".join(parts)
 
 
@@ -171,7 +179,7 @@ def plot_points(table: pd.DataFrame) -> pd.DataFrame:
 
 # ---- style shared by the PNG/SVG (matplotlib) and the HTML (plotly) figures ------------------------------------
 
-FAMILY_ORDER = ["entropy_bound", "entropy_bound+remask", "confidence_topk", "confidence_threshold"]
+FAMILY_ORDER = ["entropy_bound", "entropy_bound+remask", "confidence_topk", "confidence_threshold", MASKED]
 FAMILY_COLORS = {  # tab10 hues; red is kept for "dominates the default", grey for the baselines
     "entropy_bound": "#1f77b4",
     "entropy_bound+remask": "#9467bd",
@@ -180,8 +188,9 @@ FAMILY_COLORS = {  # tab10 hues; red is kept for "dominates the default", grey f
     "self-speculative": "#8c564b",  # hybrid decoding (diffusion drafts, the AR mode verifies): its own hues
     "routed (steps)": "#e377c2",
     "routed (step_cap)": "#bcbd22",
+    MASKED: "#17becf",
 }
-SPARE_COLORS = ["#17becf", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a"]
+SPARE_COLORS = ["#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a"]
 BASELINE_COLOR = "#595959"
 HIGHLIGHT_COLOR = "#d62728"
 NOT_WORSE_COLOR = "#2ca02c"  # faster than the default at no quality loss (within the margin): dashed green ring

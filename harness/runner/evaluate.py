@@ -15,7 +15,8 @@ from contract.records import (
     items_sha,
     stale_inputs_error,
 )
-from contract.text import sample_seed
+from contract.text import encode_prompt, sample_seed
+from evals.corrections import run_corrections, sample_corrections
 from evals.diagnostics import run_diagnostics, sample_diagnostics
 
 
@@ -66,7 +67,8 @@ def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None
     def make_row(res) -> dict[str, Any]:
         it = todo[res.sample_id]
         row = {**res.to_dict(), "item_sha": shas[it.sample_id], "meta": it.meta, **ev.score(it, res.text)}
-        return {**row, **sample_diagnostics(row)}
+        right = right_tokens(ev, decoder, it) if res.trajectory else None
+        return {**row, **sample_diagnostics(row), **sample_corrections(res.trajectory, right)}
 
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=f"{ev.name} [{decoder.label}]", unit="sample")
     tokens = sum(r["num_tokens"] for r in done.values())
@@ -80,12 +82,21 @@ def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None
     return items_metrics(ev, [done[i] for i in ids], shas)
 
 
+def right_tokens(ev, decoder, item) -> list[int] | None:
+    """The right token per output position, where the eval knows it (`Eval.position_target`: Sudoku's compact
+    answer), in the decoder's tokens; None otherwise."""
+    text = ev.position_target(item)
+    tok = getattr(decoder, "tokenizer", None)
+    return None if text is None or tok is None else encode_prompt(tok, text)
+
+
 def items_metrics(ev, rows: list[dict[str, Any]], shas: dict[str, str]) -> dict[str, Any]:
     """A run's metrics from its stored rows (in item order) and its items' hashes: decode figures, diagnostics, the
     eval's own scores and the item-set hash. Only the rows count, so a sharded run's merged rows give the same."""
     return {
         **decode_metrics(rows),
         **run_diagnostics(rows),
+        **run_corrections(rows),
         **ev.summarize(rows),
         "items_sha": items_sha(list(shas.values())),
     }

@@ -49,6 +49,9 @@ SAMPLE_COLUMNS = [
     "latency_s",
     "ttfv_s",  # sampler.stream_after_stable runs: first visible token, shown tokens later changed
     "revised_tokens",
+    "corr_changed",  # committed tokens later changed, and of those wrong -> right / right -> wrong (evals.corrections)
+    "corr_repairs",
+    "corr_breaks",
 ]
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 
@@ -231,6 +234,9 @@ class WandbLogger:
                     r.get("latency_s"),
                     r.get("ttfv_s"),
                     r.get("revised_tokens"),
+                    r.get("corr_changed"),
+                    r.get("corr_repairs"),
+                    r.get("corr_breaks"),
                 ]
                 for r in rows
             ],
