@@ -44,7 +44,7 @@ SWEEP_DIR := outputs/sweeps/sudoku_sweep
 sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + AR baselines, Pareto plot
 	@pids=""; for lane in $$(echo "$(SWEEP_LANES)" | tr ',' ' '); do \
 	  ( for part in $$(echo $$lane | tr '+' ' '); do \
-	      $(PY) -m harness.run experiment=$$part 'hydra.callbacks={}' || exit 1; done ) & pids="$$pids $$!"; \
+	      $(PY) -m harness.run experiment=$$part '~hydra.callbacks.sweep_summary' || exit 1; done ) & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 	$(PY) -m harness.pareto $(SWEEP_DIR) --out $(SWEEP_DIR)/summary
 

@@ -101,6 +101,7 @@ def test_app_refuses_before_loading(weightless, tmp_path):
     assert proc.returncode != 0 and "uniform-state sampler on a masked model" in proc.stderr
 
 
+@pytest.mark.slow  # a real multirun of four samplers (subprocess): ~18 s
 def test_every_masked_sampler_runs_end_to_end(masked_dir, tmp_path):
     """`python -m harness.run -m model=tiny_masked eval=prompts sampler=...`: each run records the masked label,
     its sampler's knobs and TPF by the one rule; the sweep summary lists them as the `masked` series."""

@@ -87,10 +87,22 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("block", [4, 8])
-@pytest.mark.parametrize("name", list(CONFIGS))
-@pytest.mark.parametrize("eos_kind", ["rare", "frequent"])
-@pytest.mark.parametrize("context", ["cache", "recompute"])
+def _grid_case(block, name, eos_kind, context):
+    """The fast tier keeps one case of the grid (editing on, EOS frequent, the cache path); the rest are slow."""
+    fast = (block, name, eos_kind, context) == (4, "thr0.95-edit0.5", "frequent", "cache")
+    return pytest.param(block, name, eos_kind, context, marks=() if fast else pytest.mark.slow)
+
+
+@pytest.mark.parametrize(
+    ("block", "name", "eos_kind", "context"),
+    [
+        _grid_case(b, n, e, c)
+        for c in ("cache", "recompute")
+        for e in ("rare", "frequent")
+        for n in CONFIGS
+        for b in (4, 8)
+    ],
+)
 def test_greedy_equals_llada2_pipeline(checkpoints, block, name, eos_kind, context):
     """Ours at batch 8 (8 prompts of 2-34 tokens in one continuous batch) and batch 1 vs the pipeline, one prompt
     per call (its batches pad prompts to one length, which shifts positions and blocks)."""
