@@ -151,7 +151,10 @@ def family_dominance(table: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
             for b in sorted(best, key=ORDER.index):
                 if a == b:
                     continue
-                c = compare_paired(samples[a], samples[b])
+                try:
+                    c = compare_paired(samples[a], samples[b])
+                except ValueError:  # no items scored in both (an eval without a per-item score): nothing to test
+                    continue
                 ra, rb = best[a], best[b]
                 rows.append(
                     {"eval": ev, "family": a, "vs": b, "run": ra["run_name"], "vs_run": rb["run_name"]}
