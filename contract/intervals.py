@@ -1,4 +1,5 @@
-"""Bootstrap intervals for the benchmark ratios (TPF, tokens/s): how far a figure would move on other samples.
+"""Intervals: bootstrap ones for the benchmark ratios (TPF, tokens/s), how far a figure would move on other samples;
+Wilson's for a rate (quality).
 
 TPF is heavy-tailed: a canvas that hits the step cap costs as many forwards as several ordinary ones, so a few
 samples can move the benchmark TPF. The interval resamples samples (with replacement) and recomputes the ratio
@@ -9,6 +10,7 @@ denominator move together), seeded, so the same samples always give the same int
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +19,7 @@ import numpy as np
 RESAMPLES = 2000
 LEVEL = 0.95
 SEED = 0
+Z95 = 1.959963984540054  # the two-sided 95% normal quantile
 
 
 @dataclass(frozen=True)
@@ -72,3 +75,14 @@ def ratio_interval(
     lo, hi = np.percentile(dist, [tail, 100 - tail])
     # the interval holds the point estimate (a skewed tail may put both ends on one side of it by rounding)
     return RatioInterval(value, min(value, float(lo)), max(value, float(hi)))
+
+
+def wilson_interval(p: float, n: float, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion `p` over `n` samples; (nan, nan) without a usable p or n."""
+    if p is None or n is None or math.isnan(p) or math.isnan(n) or n <= 0 or not 0.0 <= p <= 1.0:
+        return math.nan, math.nan
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # the interval always holds p; rounding must not push its ends past p (at p = 0 or 1: a negative error bar)
+    return min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from contract.intervals import wilson_interval
 from harness.analysis.aggregate import collect
 from harness.analysis.fronts import annotate_fronts, area_under_front, front_mask
 from harness.figures.pareto import canvas_evolution_figure, make_report, pareto_figure, steps_histogram_figure
-from harness.figures.plot_points import wilson_interval
 from tests.helpers.runs import make_sweep
 
 
@@ -221,8 +221,9 @@ def test_the_default_is_starred_with_a_dashed_line_and_dominating_runs_are_ringe
 
 def test_plot_points_families_default_and_intervals():
 
+    from contract.intervals import wilson_interval
     from harness.analysis.dominance import default_knobs
-    from harness.figures.plot_points import family_name, is_default, plot_points, wilson_interval
+    from harness.figures.plot_points import family_name, is_default, plot_points
 
     ref = {f"sampler.{k}": v for k, v in default_knobs().items() if k != "name"}
     base = {"label": "diffusion", "sampler": "entropy_bound", "eval": "e", "model": "m", "num_samples": 200}
@@ -382,7 +383,7 @@ def test_sweep_end_summary_survives_broken_runs(tmp_path, capsys):
 @pytest.mark.parametrize("n", [12, 100, 200])
 def test_wilson_interval_holds_a_rate_of_zero_or_one(n):
     """At p = 0 or 1 rounding once put the interval's end past p: a negative error bar that matplotlib refuses."""
-    from harness.figures.plot_points import wilson_interval
+    from contract.intervals import wilson_interval
 
     for p in (0.0, 1.0):
         lo, hi = wilson_interval(p, n)

@@ -53,7 +53,7 @@ def tpf_interval(tokens: list[int], forwards: list[int]) -> tuple[float, float]:
 
 def figures(ev, items: list, results: list) -> dict[str, Any]:
     """Solved rate (Wilson 95%), TPF (bootstrap 95%), forwards, steps and step-cap hits of one decoder's results."""
-    from harness.figures.plot_points import wilson_interval
+    from contract.intervals import wilson_interval
 
     by_id = {r.sample_id: r for r in results}
     rows = [by_id[it.sample_id] for it in items]

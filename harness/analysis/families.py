@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
-from scipy.stats import binomtest
 
+from contract.intervals import wilson_interval
 from contract.paths import resolve_path
 from harness.analysis.dominance import ALPHA, compare_paired, holm
 from harness.runner.store import read_samples
@@ -94,13 +94,6 @@ def checkpoint_of(run_dir: str) -> dict[str, Any]:
     return out
 
 
-def wilson(p: float, n: float) -> tuple[float, float]:
-    if not n or np.isnan(p) or not 0 <= p <= 1:
-        return np.nan, np.nan
-    ci = binomtest(round(p * n), int(n)).proportion_ci(method="wilson")
-    return ci.low, ci.high
-
-
 def _best(g: pd.DataFrame) -> pd.Series:
     return g.sort_values(["quality", "tpf"], ascending=False, kind="stable").iloc[0]
 
@@ -123,7 +116,7 @@ def family_table(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (ev, fam, budget), g in df.groupby(["eval", "family", "budget"], dropna=False, sort=False):
         r = _best(g)
-        lo, hi = wilson(float(r["quality"]), float(r.get("num_samples", np.nan)))
+        lo, hi = wilson_interval(float(r["quality"]), float(r.get("num_samples", np.nan)))
         ck = checkpoint_of(r["run_dir"])
         params = ck.get("parameters")
         row = {"eval": ev, "family": fam, "budget": budget, "run_name": r["run_name"], "parameters": params}

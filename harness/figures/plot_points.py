@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from contract.intervals import wilson_interval
 from harness.analysis.aggregate import SAMPLER_PREFIX
 from harness.analysis.dominance import default_knobs, masked_default_knobs, matches_knobs
 from harness.analysis.hybrid import family_of_hybrid
@@ -58,7 +59,6 @@ REMASK = "+remask"
 # Knobs that choose how a draw is computed, not which tokens the rule keeps: not worth a label (a sweep over
 # them is an implementation check, shown in the run table).
 IMPLEMENTATION_KNOBS = ("draw", "random_stream", "cache_implementation")
-Z95 = 1.959963984540054
 POINT_COLUMNS = [
     "family",
     "family_name",
@@ -110,17 +110,6 @@ def is_default(row: pd.Series | dict[str, Any]) -> bool:
     if isinstance(ref, str) and ref:
         return row.get("run_name") == ref
     return matches_knobs(row, default_knobs())
-
-
-def wilson_interval(p: float, n: float, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion `p` over `n` samples; (nan, nan) without a usable p or n."""
-    if _missing(p) or _missing(n) or n <= 0 or not 0.0 <= p <= 1.0:
-        return math.nan, math.nan
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    # the interval always holds p; rounding must not push its ends past p (at p = 0 or 1: a negative error bar)
-    return min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))
 
 
 def family_knobs(df: pd.DataFrame) -> list[str]:
