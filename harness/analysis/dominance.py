@@ -83,6 +83,13 @@ def mcnemar_exact(run: np.ndarray, ref: np.ndarray) -> float:
     return float(binomtest(gain, gain + loss, 0.5, alternative="greater").pvalue)
 
 
+def _item_resamples(items: int, resamples: int, seed: int):
+    """Seeded resamples of item indices with replacement, in chunks of at most 1000 (memory: 1000 x items)."""
+    rng = np.random.default_rng(seed)
+    for start in range(0, resamples, 1000):
+        yield rng.integers(0, items, size=(min(1000, resamples - start), items))
+
+
 def paired_bootstrap(
     run: np.ndarray, ref: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0, below: float = 0.0
 ) -> float:
@@ -90,11 +97,7 @@ def paired_bootstrap(
     (with the +1 correction) of item resamples whose mean difference is <= `below` (0: better; -margin: not worse
     by the margin). Seeded, so a table is reproducible."""
     d = np.asarray(run, dtype=float) - np.asarray(ref, dtype=float)
-    rng = np.random.default_rng(seed)
-    not_better = 0
-    for start in range(0, resamples, 1000):  # chunks keep memory at 1000 x items
-        idx = rng.integers(0, len(d), size=(min(1000, resamples - start), len(d)))
-        not_better += int((d[idx].mean(axis=1) <= below).sum())
+    not_better = sum(int((d[idx].mean(axis=1) <= below).sum()) for idx in _item_resamples(len(d), resamples, seed))
     return (1 + not_better) / (1 + resamples)
 
 
@@ -105,11 +108,9 @@ def paired_tpf_bootstrap(
     (valid tokens, forwards) per item, in the same item order; on each resample of items both TPFs are recomputed
     as ratios of sums; p = share (with the +1 correction) of resamples where the run's TPF <= the reference's."""
     run, ref = np.asarray(run, dtype=float), np.asarray(ref, dtype=float)
-    rng = np.random.default_rng(seed)
     not_faster = 0
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample of zero-forward items: no TPF, not faster
-        for start in range(0, resamples, 1000):
-            idx = rng.integers(0, len(run), size=(min(1000, resamples - start), len(run)))
+        for idx in _item_resamples(len(run), resamples, seed):
             a, b = run[idx].sum(axis=1), ref[idx].sum(axis=1)  # (resamples, 2): tokens, forwards
             not_faster += int((~(a[:, 0] / a[:, 1] > b[:, 0] / b[:, 1])).sum())
     return (1 + not_faster) / (1 + resamples)
