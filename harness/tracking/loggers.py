@@ -75,8 +75,7 @@ class RunLogger(Protocol):
     ) -> None:
         """Sweep end, as one summary run in `group`: every table in `tables` (`runs`: the run table of
         `harness.figures.pareto.make_report`, with its point columns; `fronts`; `steps`: canvases per step count per
-        run),
-        the figures in `images`, and films (`videos`, GIF/MP4). `runs` and `steps` also become native charts."""
+        run), the figures in `images`, and films (`videos`, GIF/MP4). `runs` and `steps` also become native charts."""
 
 
 class NoLogger:
