@@ -137,7 +137,11 @@ def test_submitit_local_sweep_with_wandb_and_sweep_summary(tmp_path):
             "latency_s",
             "ttfv_s",
             "revised_tokens",
+            "corr_changed",
+            "corr_repairs",
+            "corr_breaks",
         ]
+        assert table["corr_changed"].isna().all()  # the toy app records no trajectory: not measured, not 0
         rows = read_samples(sweep / name)
         assert table["sample_id"].tolist() == [r["sample_id"] for r in rows]
         assert table["correct"].tolist() == [r["correct"] for r in rows]
