@@ -18,6 +18,7 @@ largest differences of the logits and the committed hidden states.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,8 +63,9 @@ def _setup(adapter, b: int, cfg):
     return state, canvas, history, logits, keys
 
 
-def compare(adapter, b: int, repeats: int, mode: str | None = None) -> dict[str, Any]:
-    """One step eager vs compiled at batch b (`mode`: torch.compile's, e.g. "reduce-overhead" on CUDA)."""
+def compare(adapter, b: int, repeats: int, mode: str | None = None, backend: str = "inductor") -> dict[str, Any]:
+    """One step eager vs compiled at batch b (`mode`: torch.compile's, e.g. "reduce-overhead" on CUDA; `backend`
+    "aot_eager" captures the same graph without inductor's code generation: the quick run's wiring check)."""
     from harness.engine.step_graph import WholeStep
     from samplers.config import EntropyBoundConfig
     from samplers.fast_draw import draw_fast
@@ -86,7 +88,7 @@ def compare(adapter, b: int, repeats: int, mode: str | None = None) -> dict[str,
             cfg, eager_draw, x, temperature, adapter.softcap, keys, e_canvas, e_hist, adapter.vocab_size
         )
 
-    whole = WholeStep(adapter, cfg, mode=mode)
+    whole = WholeStep(adapter, cfg, backend=backend, mode=mode)
 
     def compiled():
         c_logits.copy_(start)
@@ -130,12 +132,14 @@ def _explain(whole, state, canvas, history, logits, keys, temperature, b):
         return torch._dynamo.explain(whole.step)(*args)
 
 
-def compare_fold(adapter, b: int, k: int, repeats: int, mode: str | None = None) -> dict[str, Any]:
+def compare_fold(
+    adapter, b: int, k: int, repeats: int, mode: str | None = None, backend: str = "inductor"
+) -> dict[str, Any]:
     """A step in which k of b rows (scattered) commit the canvas they finished: eager (`adapter.encode_canvas`,
     then `denoise` and `sampler_step`: the eager engine), as two graphs (`harness.engine.commit_graph.WholeCommit`, then
     `WholeStep`: the compiled engine before commits folded into steps) and as one (`WholeStep.with_commit`).
-    Re-encoding the same canvases rewrites the same slots, so every repeat does the same work. `mode`: as
-    `compare`'s."""
+    Re-encoding the same canvases rewrites the same slots, so every repeat does the same work. `mode`, `backend`:
+    as `compare`'s."""
     from harness.engine.commit_graph import WholeCommit
     from harness.engine.step_graph import WholeStep
     from models.diffusion_gemma import DiffusionGemmaAdapter
@@ -155,7 +159,8 @@ def compare_fold(adapter, b: int, k: int, repeats: int, mode: str | None = None)
     temperature = cfg.temperatures(keys[2])
     start = states["eager"][3].clone()
     draw = torch_sampling(draw_fast)
-    commit_graph, step_graph = WholeCommit(adapter, mode=mode), WholeStep(adapter, cfg, mode=mode)
+    commit_graph = WholeCommit(adapter, backend=backend, mode=mode)
+    step_graph = WholeStep(adapter, cfg, backend=backend, mode=mode)
 
     def moved(state, sign: int) -> None:  # the committed rows' lengths, after (+1) or back before (-1) the commit
         for r in rows:
@@ -221,10 +226,14 @@ def run(quick: bool = False, out_dir: str | None = None, quiet: bool = False) ->
     mid = _model(MID_DIR, seed=2, sharpen=8.0, canvas_length=32, hidden=256, layers=4, heads=4, intermediate=512)
     adapter = DiffusionGemmaAdapter(str(mid), dtype="float32", eos_token_ids=[1])
     batches = [1] if quick else [1, 8]
+    # quick: the wiring only (graph capture, host ops, breaks, same tokens), without inductor's C++ compiles (minutes
+    # on 2 cores; tests/test_step_graph.py checks inductor's graphs), so its speedups mean nothing
+    backend = "aot_eager" if quick else "inductor"
     with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):  # fused kernels show as profiler ops
-        rows = [compare(adapter, b, repeats=2 if quick else 10) for b in batches]
-        commits = [compare_fold(adapter, 8, 3, repeats=2 if quick else 10)]
-    payload = {"bench": "step_graph", "machine": info, "model": str(mid), "rows": rows, "commits": commits}
+        rows = [compare(adapter, b, repeats=2 if quick else 10, backend=backend) for b in batches]
+        commits = [compare_fold(adapter, 8, 3, repeats=2 if quick else 10, backend=backend)]
+    payload = {"bench": "step_graph", "machine": info, "model": str(mid), "backend": backend, "rows": rows}
+    payload["commits"] = commits
     path = write_json("step_graph", payload, **({"out_dir": out_dir} if out_dir else {}))
     if not quiet:
         print_machine(info)
@@ -236,11 +245,12 @@ def run(quick: bool = False, out_dir: str | None = None, quiet: bool = False) ->
 
 def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows for `bench.cpu.run_all`'s table: eager (reference) vs compiled (ours), the step and the commit."""
+    model = f"{Path(p['model']).name}, {p.get('backend', 'inductor')}"
 
     def row(r: dict, setting: str, note: str) -> dict[str, Any]:
         return {
             "bench": "step_graph",
-            "setting": f"{setting} mid model",
+            "setting": f"{setting} {model}",
             "reference": f"{r['eager_ms']:.1f}ms {r['eager_host_ops']} ops",
             "ours": f"{r['compiled_ms']:.1f}ms {r['compiled_host_ops']} ops",
             "ratio": r["speedup"],
@@ -259,7 +269,7 @@ def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
     commits = [
         {
             "bench": "step_graph",
-            "setting": f"step + commit {r['committing']} of B={r['batch']} mid model",
+            "setting": f"step + commit {r['committing']} of B={r['batch']} {model}",
             "reference": f"{r['eager_ms']:.1f}ms {r['eager_host_ops']} ops",
             "ours": f"{r['folded_ms']:.1f}ms {r['folded_host_ops']} ops",
             "ratio": r["speedup"],
