@@ -32,6 +32,22 @@ def _compose(*overrides):
     return compose_app(*overrides, with_hydra=True)
 
 
+def _swept_models(preset: str) -> list[str]:
+    """The model of every sweep point: swept as `model`, or set by each swept `fam` option (report_families)."""
+    params = _compose(f"experiment={preset}").hydra.sweeper.params
+    if "model" in params:
+        return [_compose(f"model={m}").model.name for m in params.model.split(",")]
+    return [_compose(f"experiment={preset}", f"fam={f}").model.name for f in params.fam.split(",")]
+
+
+def _expected(preset: str, eval_name: str) -> dict:
+    """The preset's published figures for runs of `eval_name` (report_families takes each eval's own)."""
+    cfg = _compose(f"experiment={preset}")
+    if "published" in cfg.report:
+        cfg = _compose(f"experiment={preset}", f"eval={eval_name}")
+    return OmegaConf.to_container(cfg.report.expected, resolve=True)
+
+
 def test_every_report_figure_has_a_preset_and_a_twin():
     assert {"report_gpqa", "report_lcb", "report_speed", "report_batch_scaling", "report_sudoku"} <= set(PRESETS)
     for name in PRESETS:
@@ -54,11 +70,10 @@ def test_twin_keeps_the_presets_protocol(name):
     else:  # report_sudoku: a small model reads 4x4 compact grids, not the 26B's 9x9 chat prompt
         assert ge["_target_"] == ce["_target_"]
     # the GPU preset decodes the released models (hub ids), the twin the repo's tiny ones
-    models = gpu.hydra.sweeper.params.model.split(",")
-    for m in models:
+    for m in _swept_models(name):
         path = str(_compose(f"model={m}").model.path)
-        assert path.startswith("google/"), (m, path)
-    for m in cpu.hydra.sweeper.params.model.split(","):
+        assert re.fullmatch(r"(google|inclusionAI|JetLM)/[\w.-]+", path), (m, path)
+    for m in _swept_models(f"twin/{name}"):
         assert (REPO / str(_compose(f"model={m}").model.path)).is_dir(), m  # a model the repo builds or ships
     if gpu.model.enable_thinking:  # thinking and non-thinking runs get their own token budgets
         assert gpu.eval.max_new_tokens >= 16384
@@ -87,8 +102,9 @@ def test_twin_runs_end_to_end_and_the_summary_shows_the_report(name, tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_app(f"experiment=twin/{name}", f"hydra.sweep.dir={sweep}", *extra, timeout=900)
     table = pd.read_csv(sweep / "summary" / "summary.csv")
-    expected = OmegaConf.to_container(_compose(f"experiment={name}").report.expected)
+    published = {ev: _expected(name, ev.split("-n")[0]) for ev in table["eval"].unique()}
     for _, row in table.iterrows():
+        expected = published[row["eval"]]
         key = f"{row['label']}+lora" if "+lora-" in row["run_name"] else row["label"]
         values = expected.get(row["model"], expected.get(key))
         if values is None:  # e.g. the tiny AR + draft twin of AR+MTP: no published figure
@@ -117,9 +133,14 @@ def test_twin_runs_end_to_end_and_the_summary_shows_the_report(name, tmp_path):
         assert table[["ttft_p95_s", "latency_p95_s"]].notna().all().all()
         assert list((sweep / "summary").glob("latency_*.png"))
     else:  # the printed table: each published value right after the measured column
-        for metric in {k for v in expected.values() for k in v}:
+        for metric in {k for e in published.values() for v in e.values() for k in v}:
             header = next(line.split() for line in proc.stdout.splitlines() if f"report_{metric}" in line.split())
             assert header.index(f"report_{metric}") == header.index(metric) + 1
+    if name == "report_families":  # each family with its own sampler, on both evals, side by side in one table
+        assert set(table["label"]) == {"diffusion", "ar", "masked"} and table["eval"].nunique() == 2
+        for family in ("masked", "uniform-state", "AR"):  # its best run (a backticked run name) on each eval
+            best = [line for line in proc.stdout.splitlines() if line.startswith(f"| {family} |") and "`" in line]
+            assert len(best) == 2 and {"gpqa" in b for b in best} == {True, False}, family
     metrics = [json.loads(p.read_text()) for p in sweep.glob("*/metrics.json")]
     assert metrics and all(m["run"]["eval_id"] for m in metrics)
 
