@@ -46,6 +46,7 @@ import torch
 from contract.decoding import DecoderKind
 from contract.records import GenerationRequest, GenerationResult, StreamEvent, check_request
 from contract.text import cut_at_stop
+from harness.engine import loop
 from harness.engine.canvas_verify import sampling_of, verify_canvases, wants_verify
 from harness.engine.lockstep import LockstepDecoding
 from harness.engine.rows import Batch, LogitsWorkspace, Row, StepRead, Stops
@@ -157,20 +158,10 @@ class BlockDiffusionDecoder(LockstepDecoding):
         self, requests: Iterable[GenerationRequest], batch_size: int, on_visible=None
     ) -> Iterator[GenerationResult]:
         """Rows are slot rows of the cache: a request keeps its row until it ends (or, once the queue is empty,
-        is packed down into a freed row), and a step computes rows 0 up to the highest one in flight.
-        Each pass: admit -> pack -> step (forward, draw, the one host read) -> tally -> commit -> retire."""
-        batch, queue = self._open_batch(on_visible), iter(requests)
-        while True:
-            t0 = time.perf_counter()
-            self._admit(batch, queue, batch_size)
-            self._pack(batch)
-            busy = batch.busy()
-            if not busy:
-                return
-            read = self._step(batch, busy)
-            stops = self._tally(batch, busy, read)
-            self._commit(batch, read.argmax, stops)
-            yield from self._retire(batch, busy, stops.leaving, t0, read.at)
+        is packed down into a freed row), and a step computes rows 0 up to the highest one in flight. The loop is
+        `harness.engine.loop.run` over the steps below: admit -> pack -> step (forward, draw, the one host read)
+        -> commit (tally, then re-encode stopped canvases) -> retire."""
+        return loop.run(self, self._open_batch(on_visible), requests, batch_size)
 
     def _open_batch(self, on_visible) -> Batch:
         cfg, model, c, dev = self.sampler, self.model, self.canvas_length, self.model.device
@@ -186,7 +177,7 @@ class BlockDiffusionDecoder(LockstepDecoding):
             visible=StableStream(model.eos_ids, on_visible) if cfg.streaming else None,
         )
 
-    def _admit(self, batch: Batch, queue: Iterator[GenerationRequest], batch_size: int) -> None:
+    def admit(self, batch: Batch, queue: Iterator[GenerationRequest], batch_size: int) -> None:
         """Queued requests take the free rows: prefilled into those rows' slots, each with its first canvas."""
         model, c = self.model, self.canvas_length
         free = [i for i in range(batch_size) if i >= len(batch.rows) or batch.rows[i] is None]  # not a bucket's pad
@@ -203,7 +194,7 @@ class BlockDiffusionDecoder(LockstepDecoding):
         batch.grow(top if self._whole is None else bucket(top))  # a compiled step's padding rows are free rows
         batch.place(at, new, self._init_canvas(new))
 
-    def _pack(self, batch: Batch) -> None:
+    def pack(self, batch: Batch) -> None:
         """No request left to refill freed rows: pack the last rows down, so steps stop computing free rows."""
         while batch.exhausted and (move := batch.packing_move()):
             if batch.pending is not None:  # the rows move with their committed contexts: commit them first
@@ -211,7 +202,7 @@ class BlockDiffusionDecoder(LockstepDecoding):
             batch.state = self.model.move(batch.state, *move)
             batch.move(*move)
 
-    def _step(self, batch: Batch, busy: list[int]) -> StepRead:
+    def step(self, batch: Batch, busy: list[int]) -> StepRead:
         """One denoising step of rows 0..b-1 (forward, softcap + temperature, draw, accept, re-noise, adaptive
         stop), then the step's one device read."""
         cfg, model, c, dev = self.sampler, self.model, self.canvas_length, self.model.device
@@ -260,6 +251,12 @@ class BlockDiffusionDecoder(LockstepDecoding):
         """The pending (folded) commits' K/V, encoded as `hidden`, enter their rows' cache."""
         at, c = batch.pending[0], self.canvas_length
         batch.state, batch.pending = self.model.advance(batch.state, at, [c] * len(at), hidden), None
+
+    def commit(self, batch: Batch, busy: list[int], read: StepRead) -> list[int]:
+        """The step's rows tallied, stopped canvases committed; returns the rows whose sequence ended."""
+        stops = self._tally(batch, busy, read)
+        self._commit(batch, read.argmax, stops)
+        return stops.leaving
 
     def _tally(self, batch: Batch, busy: list[int], read: StepRead) -> Stops:
         """Each busy row's step counted; a row whose canvas stopped goes to verify, commit or leave."""
@@ -363,8 +360,8 @@ class BlockDiffusionDecoder(LockstepDecoding):
         for i in verifying:
             (stops.leaving if self._ended(batch.rows[i]) else committing).append(i)
 
-    def _retire(
-        self, batch: Batch, busy: list[int], leaving: list[int], t0: float, read_at: float
+    def retire(
+        self, batch: Batch, busy: list[int], leaving: list[int], t0: float, read: StepRead
     ) -> Iterator[GenerationResult]:
         """Ended rows release their slots and their results are yielded; the step's wall time is shared out."""
         if leaving:
@@ -377,7 +374,7 @@ class BlockDiffusionDecoder(LockstepDecoding):
             row = batch.rows[i]
             res = self._finish(row, now)
             if batch.visible is not None:
-                batch.visible.finished(i, res, row.admitted, read_at)
+                batch.visible.finished(i, res, row.admitted, read.at)
             yield res
             batch.rows[i] = None
 
