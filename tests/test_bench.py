@@ -95,13 +95,15 @@ def test_engine_step_is_the_decode_engines_step():
 @pytest.mark.slow
 def test_gpu_check_tiny_compiled_phase(tmp_path):
     """The last phase: model.compile=step's step vs the eager one, on the tiny model: one graph, no breaks, the
-    same tokens, fewer host ops."""
+    same tokens, fewer host ops (captured with aot_eager on the CPU: the GPU check's inductor graphs are
+    tests/test_step_graph.py's)."""
     cfg = gpu_check.CheckConfig.tiny_cpu()
     cfg.phases = ["compiled"]
     saved = gpu_check.run(cfg, out_dir=str(tmp_path), quiet=True)
     assert set(saved["phase_s"]) == {"compiled"} and saved["skipped"] == []
     (step,) = saved["compiled"]
     assert (step["batch"], step["graphs"], step["graph_breaks"], step["same_tokens"]) == (1, 1, 0, True)
+    assert step["backend"] == "aot_eager"
     assert 0 < step["compiled_host_ops"] < step["eager_host_ops"] and step["max_logits_diff"] < 1e-4
 
 

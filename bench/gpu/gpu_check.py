@@ -81,6 +81,7 @@ class CheckConfig:
     phases: list[str] = field(default_factory=lambda: list(PHASES))
     plan: str = "outputs/bench/gpu_plan.json"  # `make gpu-plan`'s predictions, printed beside the measurements
     compiled_batches: list[int] = field(default_factory=lambda: [1, 8])  # `model.compile=step` vs eager, last
+    compile_backend: str = "inductor"  # the engine's; "aot_eager": the same graphs without code generation
 
     @classmethod
     def tiny_cpu(cls) -> CheckConfig:
@@ -98,6 +99,9 @@ class CheckConfig:
             sampler_repeats=1,
             deadline_s=600.0,
             compiled_batches=[1],
+            # the phase's wiring (one graph, no breaks, same tokens, fewer host ops) without inductor's C++
+            # compiles, minutes on 2 cores; tests/test_step_graph.py checks inductor's graphs
+            compile_backend="aot_eager",
         )
 
 
@@ -298,18 +302,21 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
             if not fits(f"compiled batch {b}", 1.5):
                 continue
             t = time.perf_counter()
-            row = guarded(f"compiled batch {b}", lambda b=b: step_graph.compare(adapter, b, cfg.repeats, mode))
+            row = guarded(
+                f"compiled batch {b}",
+                lambda b=b: step_graph.compare(adapter, b, cfg.repeats, mode, cfg.compile_backend),
+            )
             first_s = first_s or time.perf_counter() - t
-            record("compiled", row and {**row, "mode": mode})
+            record("compiled", row and {**row, "mode": mode, "backend": cfg.compile_backend})
         say(table(payload["compiled"], COMPILED_COLUMNS))
         b = max(cfg.compiled_batches, default=0)
         if b and fits(f"compiled fold batch {b}", 3.0):  # a step with a third of its rows committing
             fold = guarded(
                 f"compiled fold batch {b}",
-                lambda: step_graph.compare_fold(adapter, b, max(1, b // 3), cfg.repeats, mode),
+                lambda: step_graph.compare_fold(adapter, b, max(1, b // 3), cfg.repeats, mode, cfg.compile_backend),
             )
             if fold:
-                record("compiled_fold", {**fold, "mode": mode})
+                record("compiled_fold", {**fold, "mode": mode, "backend": cfg.compile_backend})
                 say(table(payload["compiled_fold"], list(fold)))
 
     phase("loop", loops)
