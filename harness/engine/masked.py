@@ -1,4 +1,5 @@
-"""The masked (absorbing-state) block-diffusion decode loop: requests stream in, finished samples stream out.
+"""The masked (absorbing-state) block-diffusion family's steps in the continuous-batching loop every family runs
+(`harness.engine.loop`): requests stream in, finished samples stream out.
 
     admit   queued requests into free rows: a row's first block holds its prompt's tail and mask tokens
     step    one forward for every busy row, each at its own block and step (`models.masked_diffusion`), then
@@ -6,6 +7,7 @@
     commit  per row: the filled / edited tokens, EOS, the block's end (no mask left and nothing more to edit,
             or the step / editing cap), the next block
     retire  rows whose sequence ended (EOS, stop string, length) leave; their rows are refilled next step
+    (pack: nothing; a step runs only the busy rows, whose cached K/V it reads by row)
 
 A row's blocks are LLaDA2Pipeline's: aligned at absolute position 0 (the prompt included), `ceil((prompt +
 max_new_tokens) / L)` of them, positions past prompt + max_new_tokens hidden from attention, and one row decodes
@@ -23,12 +25,14 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Any
 
 import torch
 
 from contract.decoding import DecoderKind
 from contract.records import GenerationRequest, GenerationResult, check_request
 from contract.text import cut_at_stop
+from harness.engine import loop
 from models.masked_diffusion import BlockQuery
 from samplers import streams
 from samplers.masked import MaskedSamplerConfig, draw, refine, remask, transfer_schedule
@@ -57,6 +61,17 @@ class _Row:
     @property
     def block_index(self) -> int:
         return len(self.seq) // len(self.block)
+
+
+@dataclass
+class _Batch:
+    """The loop's state: a request per row (None: free) and the model's per-row context (cached K/V)."""
+
+    rows: list[_Row | None]
+    state: Any
+
+    def busy(self) -> list[int]:
+        return [i for i, r in enumerate(self.rows) if r is not None]
 
 
 @dataclass
@@ -94,32 +109,22 @@ class MaskedDiffusionDecoder:
 
     @torch.no_grad()
     def stream(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
-        """At most `batch_size` rows in flight; each result is yielded the moment its row ends."""
+        """At most `batch_size` rows in flight; each result is yielded the moment its row ends
+        (`harness.engine.loop.run` over the steps below)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        queue, rows = iter(requests), [None] * batch_size
-        state = self.model.open(batch_size)
-        while True:
-            self._admit(rows, queue)
-            busy = [i for i, r in enumerate(rows) if r is not None]
-            if not busy:
-                return
-            t0 = time.perf_counter()
-            out = self._step(state, [rows[i] for i in busy], busy)
-            ended = [i for k, i in enumerate(busy) if self._commit(rows[i], out, k)]
-            now = time.perf_counter()
-            for i in busy:
-                rows[i].result.wall_time_s += (now - t0) / len(busy)
-            for i in ended:
-                yield self._retire(state, rows, i, now)
+        yield from loop.run(self, _Batch([None] * batch_size, self.model.open(batch_size)), requests, batch_size)
 
     # ----------------------------------------------------------------------------------------------
     # admit
 
-    def _admit(self, rows: list, queue) -> None:
-        free = [i for i, r in enumerate(rows) if r is None]
+    def admit(self, batch: _Batch, queue: Iterator[GenerationRequest], batch_size: int) -> None:
+        free = [i for i, r in enumerate(batch.rows) if r is None]
         for i, req in zip(free, islice(queue, len(free)), strict=False):
-            rows[i] = self._start(req)
+            batch.rows[i] = self._start(req)
+
+    def pack(self, batch: _Batch) -> None:
+        """Nothing to pack: a step runs only the busy rows (their cached K/V are read by row index)."""
 
     def _start(self, req: GenerationRequest) -> _Row:
         check_request(req)
@@ -138,9 +143,10 @@ class MaskedDiffusionDecoder:
     # ----------------------------------------------------------------------------------------------
     # step
 
-    def _step(self, state, rows: list[_Row], at: list[int]) -> _StepOut:
+    def step(self, batch: _Batch, busy: list[int]) -> _StepOut:
         """One forward for every busy row, then the draw and the fill / edit / re-mask rule, then one host read."""
         cfg, model, n, dev = self.sampler, self.model, self.block_length, self.model.device
+        state, rows, at = batch.state, [batch.rows[i] for i in busy], busy
         mask = model.mask_id
         for r in rows:
             if mask not in r.block:
@@ -186,6 +192,10 @@ class MaskedDiffusionDecoder:
 
     # ----------------------------------------------------------------------------------------------
     # commit
+
+    def commit(self, batch: _Batch, busy: list[int], out: _StepOut) -> list[int]:
+        """Each busy row takes its part of the step; returns the rows whose sequence ended."""
+        return [i for k, i in enumerate(busy) if self._commit(batch.rows[i], out, k)]
 
     def _commit(self, r: _Row, out: _StepOut, k: int) -> bool:
         """Take row k's step; returns whether the row's sequence ended. The block-end rule is LLaDA2Pipeline's
@@ -270,9 +280,19 @@ class MaskedDiffusionDecoder:
     # ----------------------------------------------------------------------------------------------
     # retire
 
-    def _retire(self, state, rows: list, i: int, now: float) -> GenerationResult:
-        r, rows[i] = rows[i], None
-        self.model.release(state, i)
+    def retire(
+        self, batch: _Batch, busy: list[int], leaving: list[int], t0: float, out: _StepOut
+    ) -> Iterator[GenerationResult]:
+        """The step's wall time shared out over its rows; the leaving rows' results, each row freed."""
+        now = time.perf_counter()
+        for i in busy:
+            batch.rows[i].result.wall_time_s += (now - t0) / len(busy)
+        for i in leaving:
+            yield self._retire(batch, i, now)
+
+    def _retire(self, batch: _Batch, i: int, now: float) -> GenerationResult:
+        r, batch.rows[i] = batch.rows[i], None
+        self.model.release(batch.state, i)
         res = r.result
         if r.finished:  # ended mid-block: its block is part of the output
             res.steps_per_canvas.append(r.forwards)
