@@ -9,7 +9,9 @@ position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dr
 - `recompute`: every step runs the row's whole prefix plus its current block (LLaDA2Pipeline's way; exact).
 - `cache`: block-causal models only. A committed block's K/V never change, so they are kept per row and a step
   runs only the current block, plus the positions committed since the row's last step (the prompt's whole
-  blocks at its first step, the previous block at the first step of a block): no extra forward. Exact.
+  blocks at its first step, the previous block at the first step of a block): no extra forward. Exact. The K/V
+  live in `models.row_cache.RowCache` (preallocated per-row slots, slot = position): the model's attention
+  writes a step's new K/V in place and attends the rows' slots, so no step copies the cached prefix.
 - `prefix_cache`: the same on a bidirectional model, Fast-dLLM's approximate prefix cache (a block's K/V are
   computed once, at the step after its commit, and never refreshed; Fast-dLLM refreshes at each block start).
 
@@ -226,12 +228,12 @@ class MaskedDiffusionAdapter:
         ]
         cache.plan(rows, pads, w, dev)
         qpos = torch.tensor(qpos, device=dev)
-        slot = torch.arange(cache.span, device=dev)
-        ends = torch.tensor([min(q.start + block, q.valid_end) for q in queries], device=dev)[:, None, None]
-        see = slot < ends
+        # a query sees the slots below min(its row's end, its block's end) and its own (a padding query: slot 0)
+        lim = torch.tensor([min(q.start + block, q.valid_end) for q in queries], device=dev)[:, None]
         if self.attention == "block_causal":
-            see = see & (slot // block <= (qpos // block)[..., None])
-        mask = (see | (slot == qpos[..., None]))[:, None]  # every query sees its own key (a padding one: slot 0)
+            lim = torch.minimum(lim, (qpos // block + 1) * block)
+        slot = torch.arange(cache.span, device=dev)
+        mask = ((slot < lim[..., None]) | (slot == qpos[..., None]))[:, None]
         ids = torch.tensor(ids, device=dev)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=qpos, past_key_values=cache, use_cache=True)
         cache.advance(rows, [len(p) for p in pend])
