@@ -9,7 +9,9 @@ position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dr
 - `recompute`: every step runs the row's whole prefix plus its current block (LLaDA2Pipeline's way; exact).
 - `cache`: block-causal models only. A committed block's K/V never change, so they are kept per row and a step
   runs only the current block, plus the positions committed since the row's last step (the prompt's whole
-  blocks at its first step, the previous block at the first step of a block): no extra forward. Exact.
+  blocks at its first step, the previous block at the first step of a block): no extra forward. Exact. The K/V
+  live in `models.row_cache.RowCache` (preallocated per-row slots, slot = position): the model's attention
+  writes a step's new K/V in place and attends the rows' slots, so no step copies the cached prefix.
 - `prefix_cache`: the same on a bidirectional model, Fast-dLLM's approximate prefix cache (a block's K/V are
   computed once, at the step after its commit, and never refreshed; Fast-dLLM refreshes at each block start).
 
@@ -18,16 +20,17 @@ position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
+from models.row_cache import RowCache
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
 ATTENTIONS = ("block_causal", "bidirectional")
@@ -86,11 +89,13 @@ class BlockQuery:
 
 @dataclass
 class ContextState:
-    """Per-row cached K/V (cache paths): row r holds positions 0..lengths[r]-1 of its sequence."""
+    """Per-row cached K/V (cache paths, `models.row_cache`): row r holds positions 0..lengths[r]-1 of its sequence."""
 
-    lengths: list[int]
-    keys: list[torch.Tensor] = field(default_factory=list)  # per layer (rows, kv_heads, capacity, head_dim)
-    values: list[torch.Tensor] = field(default_factory=list)
+    cache: RowCache
+
+    @property
+    def lengths(self) -> list[int]:
+        return self.cache.lengths
 
 
 class MaskedDiffusionAdapter:
@@ -178,10 +183,10 @@ class MaskedDiffusionAdapter:
     # ----------------------------------------------------------------------------------------------
 
     def open(self, rows: int) -> ContextState:
-        return ContextState(lengths=[0] * rows)
+        return ContextState(RowCache(rows))
 
     def release(self, state: ContextState, row: int) -> None:
-        state.lengths[row] = 0
+        state.cache.release(row)
 
     @torch.no_grad()
     def forward(self, state: ContextState, queries: list[BlockQuery], block_length: int) -> torch.Tensor:
@@ -208,54 +213,31 @@ class MaskedDiffusionAdapter:
         return logits.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, logits.shape[-1]))
 
     def _cached(self, state: ContextState, queries: list[BlockQuery], block: int) -> torch.Tensor:
-        """The current blocks plus each row's not yet cached prefix, over the rows' cached K/V (left-padded so
-        every row's block is the last L columns)."""
-        dev = self.device
-        pend = [q.prefix[state.lengths[q.row] :] for q in queries]
-        w = max(map(len, pend)) + block
+        """The current blocks plus each row's not yet cached prefix (left-padded so every row's block is the last L
+        columns), over the rows' cached K/V in `state.cache`. Keys sit at their positions' slots, so the mask is
+        built from positions alone."""
+        dev, cache = self.device, state.cache
         rows = [q.row for q in queries]
-        t = max(state.lengths[r] for r in rows)
-        ids, qpos, real = [], [], []
-        for q, p in zip(queries, pend, strict=True):
-            pad = w - len(p) - block
-            ids.append([self.mask_id] * pad + p + q.block)
-            qpos.append([0] * pad + list(range(state.lengths[q.row], q.start + block)))
-            real.append([False] * pad + [True] * (len(p) + block))
-        ids, qpos = torch.tensor(ids, device=dev), torch.tensor(qpos, device=dev)
-        lengths = torch.tensor([state.lengths[r] for r in rows], device=dev)[:, None]
-        cached = torch.arange(t, device=dev)[None, :] < lengths
-        ends = torch.tensor([q.valid_end for q in queries], device=dev)[:, None]
-        kvalid = torch.cat([cached, torch.tensor(real, device=dev) & (qpos < ends)], dim=1)
-        kpos = torch.cat([torch.arange(t, device=dev).expand(len(rows), -1), qpos], dim=1)
-        mask = block_mask(qpos, kpos, kvalid, block, self.attention == "block_causal")
-        idx = torch.tensor(rows, device=dev)
-        kv = zip(state.keys, state.values, strict=True)
-        cache = DynamicCache(ddp_cache_data=[(k[idx, :, :t], v[idx, :, :t]) for k, v in kv] if t else None)
+        pend = [q.prefix[cache.lengths[r] :] for q, r in zip(queries, rows, strict=True)]
+        w = max(map(len, pend)) + block
+        pads = [w - len(p) - block for p in pend]
+        ids = [[self.mask_id] * pad + p + q.block for q, p, pad in zip(queries, pend, pads, strict=True)]
+        qpos = [
+            [0] * pad + list(range(cache.lengths[r], q.start + block))
+            for q, r, pad in zip(queries, rows, pads, strict=True)
+        ]
+        cache.plan(rows, pads, w, dev)
+        qpos = torch.tensor(qpos, device=dev)
+        # a query sees the slots below min(its row's end, its block's end) and its own (a padding query: slot 0)
+        lim = torch.tensor([min(q.start + block, q.valid_end) for q in queries], device=dev)[:, None]
+        if self.attention == "block_causal":
+            lim = torch.minimum(lim, (qpos // block + 1) * block)
+        slot = torch.arange(cache.span, device=dev)
+        mask = ((slot < lim[..., None]) | (slot == qpos[..., None]))[:, None]
+        ids = torch.tensor(ids, device=dev)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=qpos, past_key_values=cache, use_cache=True)
-        self._store(state, rows, [len(p) for p in pend], cache, t, w - block)
+        cache.advance(rows, [len(p) for p in pend])
         return out.logits[:, -block:]
-
-    def _store(self, state: ContextState, rows: list[int], n_new: list[int], cache, t: int, w: int) -> None:
-        """Append each row's newly computed prefix K/V (the columns just before its block) to its cache."""
-        layers = cache.layers
-        if not state.keys:
-            k0 = layers[0].keys
-            shape = (len(state.lengths), k0.shape[1], 64, k0.shape[3])
-            state.keys = [k0.new_zeros(shape) for _ in layers]
-            state.values = [k0.new_zeros(shape) for _ in layers]
-        need = max(state.lengths[r] + n for r, n in zip(rows, n_new, strict=True))
-        if need > state.keys[0].shape[2]:
-            cap = max(need, 2 * state.keys[0].shape[2])
-            grow = lambda x: torch.cat([x, x.new_zeros(*x.shape[:2], cap - x.shape[2], x.shape[3])], dim=2)  # noqa: E731
-            state.keys, state.values = [grow(k) for k in state.keys], [grow(v) for v in state.values]
-        for i, (r, n) in enumerate(zip(rows, n_new, strict=True)):
-            if not n:
-                continue
-            at = state.lengths[r]
-            for layer, k, v in zip(layers, state.keys, state.values, strict=True):
-                k[r, :, at : at + n] = layer.keys[i, :, t + w - n : t + w]
-                v[r, :, at : at + n] = layer.values[i, :, t + w - n : t + w]
-            state.lengths[r] = at + n
 
 
 class ReferenceModel(torch.nn.Module):
