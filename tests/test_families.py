@@ -16,6 +16,7 @@ def test_training_budget_sums_every_phase():
     b = training_budget("models/checkpoints/sudoku6_diffusion")  # phases 1, 2, 3 (train_log.csv), 4: docs/training.md
     assert b["train_steps"] == 5337 + 3214 + 1377 + 1685 and b["parameters"] == 869_736
     assert training_budget("models/checkpoints/sudoku6_ar")["train_steps"] == 6000
+    assert training_budget("models/checkpoints/sudoku6_masked")["train_steps"] == 2842 + 4355  # both phases
 
 
 @pytest.mark.slow

@@ -30,13 +30,16 @@ def test_masked_checkpoint_solves_held_out_puzzles_through_the_masked_adapter():
     from evals.sudoku.eval import SudokuEval
     from harness.engine.masked import MaskedDiffusionDecoder
     from models.masked_diffusion import MaskedDiffusionAdapter
-    from samplers.masked import LowConfidenceConfig
+    from samplers.masked import BlockRefinementConfig, LowConfidenceConfig
 
     ad = MaskedDiffusionAdapter(str(CKPT / "sudoku6_masked"), dtype="float32", context="cache", num_threads=1)
     assert (ad.block_length, ad.mask_id) == (36, 103) and ad.describe()["parameters"] == 868_736
     ev = SudokuEval(path="evals/sudoku/data/sudoku6_test.jsonl", num_puzzles=50)
     items = ev.items()
     reqs = [GenerationRequest(it.sample_id, ad.encode(it.prompt), 0, 36) for it in items]
-    results = MaskedDiffusionDecoder(ad, LowConfidenceConfig(steps_per_block=32)).generate(reqs)
-    solved = sum(ev.score(it, r.text)["solved"] for it, r in zip(items, results, strict=True))
-    assert solved >= 40  # 89% of the 300 held-out puzzles at this setting (docs/families.md)
+    # the family's default (diffusers' BlockRefinementScheduler defaults) and one cell per forward; on all 300
+    # held-out puzzles 85.3% and 96.7% (docs/families.md), here 46 and 49 of the first 50
+    for cfg, least in ((BlockRefinementConfig(), 42), (LowConfidenceConfig(steps_per_block=32), 46)):
+        results = MaskedDiffusionDecoder(ad, cfg).generate(reqs)
+        solved = sum(ev.score(it, r.text)["solved"] for it, r in zip(items, results, strict=True))
+        assert solved >= least, (cfg.name, solved)
