@@ -4,8 +4,9 @@ Each round runs the decode-loop bench (ours vs transformers' `generate()` at B =
 bench (ours vs `generate()` at B = 1, 16) once at the base revision (a detached worktree) and once here, in
 alternating order, each in its own process. Every run reports ratios against `generate()` measured in that same
 process, and `generate()` is the same code at both revisions, so each ratio is a speed of our engine normalised by
-the machine's state at that moment. Per setting: the median ratio over the rounds at each revision, and head /
-base - 1 (a refactor that changes nothing should stay within noise, a few percent). A module that moved between
+the machine's state at that moment. Per setting: the median ratio over the rounds at each revision and head /
+base - 1 of the medians, and per round head / base - 1 (the two ran back to back): its median and range, the noise
+a refactor that changes nothing stays within. A module that moved between
 the revisions is named per side (`--base-prefix bench.` for the flat layout before `bench/cpu/`).
 
     python -m bench.cpu.revisions --base 1a7944e [--rounds 5] [--base-prefix bench.]
@@ -89,8 +90,20 @@ def measure(base: str, rounds: int, base_prefix: str, root: Path) -> list[dict[s
     settings = dict.fromkeys(s for s, _ in seen)
     rows = []
     for s in settings:
-        b, h = statistics.median(seen[(s, "base")]), statistics.median(seen[(s, "head")])
-        rows.append({"setting": s, "base_ratio": b, "head_ratio": h, "head_vs_base": h / b - 1, "rounds": rounds})
+        base, head = seen[(s, "base")], seen[(s, "head")]
+        paired = sorted(h / b - 1 for h, b in zip(head, base, strict=True))  # one pair per round
+        rows.append(
+            {
+                "setting": s,
+                "base_ratio": statistics.median(base),
+                "head_ratio": statistics.median(head),
+                "head_vs_base": statistics.median(head) / statistics.median(base) - 1,
+                "paired_median": statistics.median(paired),
+                "paired_min": paired[0],
+                "paired_max": paired[-1],
+                "rounds": rounds,
+            }
+        )
     return rows
 
 

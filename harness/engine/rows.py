@@ -1,10 +1,11 @@
-"""The uniform-state family's state in the continuous loop (`harness.engine.loop`, steps in
-`harness.engine.decode`; the masked family keeps its own, `harness.engine.masked`): one `Row` per request in flight
-(host side), and the `Batch` the loop carries from step to step: the rows by slot row of the shared cache, their device buffers (canvas, stability history, the
-logits workspace), the model's cache state, and what the next step owes (masks to rebuild, commits to fold).
+"""The uniform-state family's state in the continuous loop (`harness.engine.loop`, steps in `harness.engine.decode`; the
+masked family keeps its own, `harness.engine.masked`): one `Row` per request in flight (host side), and the `Batch`
+the loop carries from step to step: the rows by slot row of the shared cache, their device buffers (canvas, stability
+history, the logits workspace), the model's cache state, and what the next step owes (masks to rebuild, commits to
+fold).
 
-Row i of every buffer is slot row i of the cache (`models.slot_cache`): admitting, committing, packing and
-releasing a row touch only that row's entries."""
+Row i of every buffer is slot row i of the cache (`models.slot_cache`): admitting, committing, packing and releasing
+a row touch only that row's entries."""
 
 from __future__ import annotations
 
