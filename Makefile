@@ -53,7 +53,7 @@ sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + A
 FAMILIES_MASKED := masked_refine_t095,masked_refine_t07,masked_refine_t05,masked_low_confidence,masked_remdm_r01,masked_remdm_r025
 FAMILIES_OTHERS := uniform_b003,uniform_b01,uniform_b03,uniform_b10,uniform_b01_remask01,uniform_default,ar,ar_draft
 FAMILIES_DIR := outputs/sweeps/sudoku_families
-families: venv  ## masked vs uniform-state vs AR (+ draft) at equal size on the 300 held-out 6x6 puzzles, ~10 min on 2 cores
+families: venv  ## masked vs uniform-state vs AR (+ draft) at equal size on the 300 held-out 6x6 puzzles, ~6 min on 2 cores
 	@pids=""; for fams in $(FAMILIES_MASKED) $(FAMILIES_OTHERS); do \
 	  $(PY) -m harness.run experiment=sudoku_families fam=$$fams '~hydra.callbacks.sweep_summary' & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
