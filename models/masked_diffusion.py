@@ -87,17 +87,6 @@ class BlockQuery:
         return len(self.prefix)
 
 
-@dataclass
-class ContextState:
-    """Per-row cached K/V (cache paths, `models.row_cache`): row r holds positions 0..lengths[r]-1 of its sequence."""
-
-    cache: RowCache
-
-    @property
-    def lengths(self) -> list[int]:
-        return self.cache.lengths
-
-
 class MaskedDiffusionAdapter:
     """Loads a masked block-diffusion LM (hub id or local folder) and runs one refinement forward for many rows."""
 
@@ -182,19 +171,20 @@ class MaskedDiffusionAdapter:
 
     # ----------------------------------------------------------------------------------------------
 
-    def open(self, rows: int) -> ContextState:
-        return ContextState(RowCache(rows))
+    def open(self, rows: int) -> RowCache:
+        """The rows' context: their cached K/V (`models.row_cache`; the recompute path keeps none)."""
+        return RowCache(rows)
 
-    def release(self, state: ContextState, row: int) -> None:
-        state.cache.release(row)
+    def release(self, cache: RowCache, row: int) -> None:
+        cache.release(row)
 
     @torch.no_grad()
-    def forward(self, state: ContextState, queries: list[BlockQuery], block_length: int) -> torch.Tensor:
+    def forward(self, cache: RowCache, queries: list[BlockQuery], block_length: int) -> torch.Tensor:
         """(len(queries), L, V) logits of each row's current block (L = `block_length`, the decode block; for a
         block-causal model also its attention block)."""
         if self.context == "recompute":
             return self._recompute(queries, block_length)
-        return self._cached(state, queries, block_length)
+        return self._cached(cache, queries, block_length)
 
     def _call(self, ids, qpos, mask) -> torch.Tensor:
         return self.model(input_ids=ids, attention_mask=mask, position_ids=qpos, use_cache=False).logits
@@ -212,11 +202,11 @@ class MaskedDiffusionAdapter:
         at = torch.tensor([q.start for q in queries], device=dev)[:, None] + torch.arange(block, device=dev) - shift
         return logits.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, logits.shape[-1]))
 
-    def _cached(self, state: ContextState, queries: list[BlockQuery], block: int) -> torch.Tensor:
+    def _cached(self, cache: RowCache, queries: list[BlockQuery], block: int) -> torch.Tensor:
         """The current blocks plus each row's not yet cached prefix (left-padded so every row's block is the last L
-        columns), over the rows' cached K/V in `state.cache`. Keys sit at their positions' slots, so the mask is
+        columns), over the rows' cached K/V in `cache`. Keys sit at their positions' slots, so the mask is
         built from positions alone."""
-        dev, cache = self.device, state.cache
+        dev = self.device
         rows = [q.row for q in queries]
         pend = [q.prefix[cache.lengths[r] :] for q, r in zip(queries, rows, strict=True)]
         w = max(map(len, pend)) + block

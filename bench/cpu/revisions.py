@@ -6,8 +6,8 @@ alternating order, each in its own process. Every run reports ratios against `ge
 process, and `generate()` is the same code at both revisions, so each ratio is a speed of our engine normalised by
 the machine's state at that moment. Per setting: the median ratio over the rounds at each revision and head /
 base - 1 of the medians, and per round head / base - 1 (the two ran back to back): its median and range, the noise
-a refactor that changes nothing stays within. A module that moved between
-the revisions is named per side (`--base-prefix bench.` for the flat layout before `bench/cpu/`).
+a refactor that changes nothing stays within. A module that moved between the revisions is named per side
+(`--base-prefix bench.` for the flat layout before `bench/cpu/`).
 
     python -m bench.cpu.revisions --base 1a7944e [--rounds 5] [--base-prefix bench.]
 """

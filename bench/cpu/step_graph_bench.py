@@ -232,8 +232,9 @@ def run(quick: bool = False, out_dir: str | None = None, quiet: bool = False) ->
     with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):  # fused kernels show as profiler ops
         rows = [compare(adapter, b, repeats=2 if quick else 10, backend=backend) for b in batches]
         commits = [compare_fold(adapter, 8, 3, repeats=2 if quick else 10, backend=backend)]
-    payload = {"bench": "step_graph", "machine": info, "model": str(mid), "backend": backend, "rows": rows}
-    payload["commits"] = commits
+    payload = {
+        "bench": "step_graph", "machine": info, "model": str(mid), "backend": backend, "rows": rows, "commits": commits
+    }  # fmt: skip
     path = write_json("step_graph", payload, **({"out_dir": out_dir} if out_dir else {}))
     if not quiet:
         print_machine(info)
