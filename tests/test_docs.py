@@ -13,8 +13,10 @@ in about a second.
 from __future__ import annotations
 
 import ast
-import importlib.util
+import importlib.machinery
 import re
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -88,7 +90,10 @@ def python_m_problem(module: str) -> str | None:
     """Why `python -m module` would fail to find the module (None when it is found)."""
     if module.split(".")[0] in (*PACKAGES, "tests"):
         return None if _module_file(module) else f"no module {module}"
-    return None if importlib.util.find_spec(module.split(".")[0]) else f"{module} is not installed"
+    # sys.path's finder alone: `importlib.util.find_spec("pip")` would run setuptools' distutils hook on the
+    # meta path, which then stops serving distutils for the rest of the process and breaks inductor's CPU build
+    found = importlib.machinery.PathFinder.find_spec(module.split(".")[0])
+    return None if found else f"{module} is not installed"
 
 
 def cited_test_problem(test_id: str) -> str | None:
@@ -169,6 +174,13 @@ def test_relative_links_resolve():
 def test_python_m_modules_exist():
     problems = _problems(PYTHON_M, python_m_problem)
     assert not problems, "\n".join(problems)
+
+
+def test_checking_a_python_m_module_leaves_setuptools_importable():
+    """The check runs in the test process, which later builds inductor's CPU kernels (torch imports setuptools)."""
+    code = "from tests.test_docs import python_m_problem as p; assert p('pip') is None; import setuptools"
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
 
 
 def test_dotted_module_paths_exist():
