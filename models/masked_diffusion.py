@@ -1,7 +1,8 @@
 """Adapter over masked (absorbing-state) block-diffusion LMs: LLaDA 2.x, SDAR, LLaDA, Dream, and our tiny twins.
 
-The model is any module taking `input_ids`, a 4D boolean `attention_mask` and `position_ids` and returning
-`.logits` (the contract diffusers' LLaDA2Pipeline relies on). Attention is chosen by config, never guessed:
+The model is any module taking `input_ids`, a 4D float `attention_mask` (0 seen, the dtype's minimum hidden:
+`additive`) and `position_ids` and returning `.logits` (the contract diffusers' LLaDA2Pipeline relies on).
+Attention is chosen by config, never guessed:
 `block_causal` (LLaDA 2.x, SDAR: a query in block i sees keys in blocks <= i; blocks are aligned at absolute
 position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dream). Three context paths
 (`context`, recorded in `describe()`):
@@ -20,6 +21,7 @@ position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dr
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,13 @@ def block_mask(
     eye = torch.eye(q, dtype=torch.bool, device=qpos.device)
     ok = torch.cat([ok[..., :-q], ok[..., -q:] | eye], dim=-1)
     return ok[:, None]
+
+
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask as the float bias models add to their scores (0 seen, the dtype's minimum hidden):
+    LLaDA 2.x's own generate passes this form, an eager attention adds it as is, and SDPA would convert a boolean
+    mask to it in every layer."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
 
 
 @dataclass
@@ -131,6 +140,8 @@ class MaskedDiffusionAdapter:
     def bind(self, model, tokenizer, mask_token_id, block_length, eos_token_ids, enable_thinking=None) -> None:
         """Mask id and block length: the config yaml's, else the checkpoint config's, else the tokenizer's."""
         self.model, self.tokenizer, self.enable_thinking = model, tokenizer, enable_thinking
+        # the LM head runs only on the columns a step reads (not the prompt's), where the model's forward allows it
+        self.trims_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         cfg = model.config
         self.mask_id = mask_token_id if mask_token_id is not None else getattr(cfg, "mask_token_id", None)
         self.mask_id = self.mask_id if self.mask_id is not None else tokenizer.mask_token_id
@@ -186,8 +197,13 @@ class MaskedDiffusionAdapter:
             return self._recompute(queries, block_length)
         return self._cached(cache, queries, block_length)
 
-    def _call(self, ids, qpos, mask) -> torch.Tensor:
-        return self.model(input_ids=ids, attention_mask=mask, position_ids=qpos, use_cache=False).logits
+    def _call(self, ids, qpos, mask, keep: int, **kwargs) -> torch.Tensor:
+        """Logits of (at least) the last `keep` columns: exactly those when the model can trim its LM head."""
+        if self.trims_logits:
+            kwargs["logits_to_keep"] = keep
+        mask = additive(mask, self.dtype)
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=qpos, **kwargs).logits
+        return logits[:, -keep:]
 
     def _recompute(self, queries: list[BlockQuery], block: int) -> torch.Tensor:
         dev = self.device
@@ -197,10 +213,12 @@ class MaskedDiffusionAdapter:
         pos = torch.arange(w, device=dev).expand(len(seqs), -1)
         ends = torch.tensor([min(len(s), q.valid_end) for s, q in zip(seqs, queries, strict=True)], device=dev)
         mask = block_mask(pos, pos, pos < ends[:, None], block, self.attention == "block_causal")
-        logits = self._call(ids, pos, mask)
         shift = int(self.shifted_logits)
         at = torch.tensor([q.start for q in queries], device=dev)[:, None] + torch.arange(block, device=dev) - shift
-        return logits.gather(1, at.clamp(min=0)[..., None].expand(-1, -1, logits.shape[-1]))
+        at = at.clamp(min=0)
+        keep = w - int(at.min())
+        logits = self._call(ids, pos, mask, keep, use_cache=False)
+        return logits.gather(1, (at - (w - keep))[..., None].expand(-1, -1, logits.shape[-1]))
 
     def _cached(self, cache: RowCache, queries: list[BlockQuery], block: int) -> torch.Tensor:
         """The current blocks plus each row's not yet cached prefix (left-padded so every row's block is the last L
@@ -225,9 +243,9 @@ class MaskedDiffusionAdapter:
         slot = torch.arange(cache.span, device=dev)
         mask = ((slot < lim[..., None]) | (slot == qpos[..., None]))[:, None]
         ids = torch.tensor(ids, device=dev)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=qpos, past_key_values=cache, use_cache=True)
+        logits = self._call(ids, qpos, mask, block, past_key_values=cache, use_cache=True)
         cache.advance(rows, [len(p) for p in pend])
-        return out.logits[:, -block:]
+        return logits
 
 
 class ReferenceModel(torch.nn.Module):
@@ -252,4 +270,6 @@ class ReferenceModel(torch.nn.Module):
         pos = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         pos = pos if position_ids is None else position_ids
         mask = block_mask(pos, pos, valid, self.block_length, self.attention == "block_causal")
-        return self.inner(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=False)
+        return self.inner(
+            input_ids=input_ids, attention_mask=additive(mask, self.dtype), position_ids=pos, use_cache=False
+        )

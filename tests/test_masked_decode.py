@@ -215,3 +215,38 @@ def test_shifted_logits_read_one_position_earlier(checkpoints):
     a, b = plain.forward(plain.open(1), q, 4), shifted.forward(shifted.open(1), q, 4)
     assert torch.equal(b[:, 1:], a[:, :-1])  # one forward, read one position earlier
     assert not torch.allclose(a, b)
+
+
+@pytest.mark.parametrize("context", ["recompute", "cache", "shifted"])
+def test_the_lm_head_runs_on_the_read_columns_only(checkpoints, context):
+    """`logits_to_keep`: the prompt's columns skip the LM head; each row's block logits stay its own sequence's,
+    read alone at its block (one position earlier for Dream), for rows of different lengths and starts."""
+    from models.masked_diffusion import BlockQuery
+
+    shift = int(context == "shifted")
+    kw = {"dtype": "float64", "context": "recompute" if shift else context, "num_threads": 1}
+    ad = MaskedDiffusionAdapter(str(checkpoints[4]), shifted_logits=bool(shift), **kw)
+    assert ad.trims_logits  # a transformers causal LM takes logits_to_keep
+    m = ad.mask_id
+    ids = [ad.encode(t) for t in ("Hello world, this is a longer one", "Hi there")]
+    queries = [BlockQuery(0, ids[0][:12], ids[0][12:14] + [m, m], 100), BlockQuery(1, ids[1][:4], [m] * 4, 100)]
+    got = ad.forward(ad.open(2), queries, 4)
+    for q, row in zip(queries, got, strict=True):
+        alone = ReferenceModel(ad, 4)(torch.tensor([q.prefix + q.block])).logits[0]
+        torch.testing.assert_close(row, alone[q.start - shift : q.start + 4 - shift], rtol=0, atol=1e-10)
+
+
+def test_eager_attention_reads_the_mask_as_sdpa_does(checkpoints):
+    """The 4D mask is additive (0 / dtype min): an eager attention adds it to its scores as SDPA applies it. A boolean
+    mask added to the scores hides nothing (logits off by ~2 here); the tolerance is eager's float32 softmax."""
+    from models.masked_diffusion import BlockQuery
+
+    sdpa, eager = (
+        MaskedDiffusionAdapter(str(checkpoints[4]), dtype="float64", context="cache", attn_implementation=impl)
+        for impl in ("sdpa", "eager")
+    )
+    m = sdpa.mask_id
+    ids = sdpa.encode("Hello world, this is a longer one")
+    queries = [BlockQuery(0, ids[:12], ids[12:14] + [m, m], 100), BlockQuery(1, ids[:4], [m] * 4, 6)]
+    a, b = sdpa.forward(sdpa.open(2), queries, 4), eager.forward(eager.open(2), queries, 4)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
