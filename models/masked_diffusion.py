@@ -81,6 +81,13 @@ def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
 
 
+def _mask_rows(ends: list[int], positions: list) -> int:
+    """1 when every row has the same end and query positions (one mask row serves the batch: building and reading
+    a (B, 1, Q, K) mask costs a 512-token prefill of 16 rows a quarter of its time), else the row count."""
+    same = all(e == ends[0] for e in ends) and all(p == positions[0] for p in positions)
+    return 1 if same else len(ends)
+
+
 @dataclass
 class BlockQuery:
     """One row's step: the tokens before its current block, the block, and where the request's length ends
@@ -211,8 +218,10 @@ class MaskedDiffusionAdapter:
         w = max(map(len, seqs))
         ids = torch.tensor([s + [self.mask_id] * (w - len(s)) for s in seqs], device=dev)
         pos = torch.arange(w, device=dev).expand(len(seqs), -1)
-        ends = torch.tensor([min(len(s), q.valid_end) for s, q in zip(seqs, queries, strict=True)], device=dev)
-        mask = block_mask(pos, pos, pos < ends[:, None], block, self.attention == "block_causal")
+        ends = [min(len(s), q.valid_end) for s, q in zip(seqs, queries, strict=True)]
+        m = _mask_rows(ends, [0])  # rows of one end share one mask row, broadcast over the batch
+        ends = torch.tensor(ends[:m], device=dev)
+        mask = block_mask(pos[:m], pos[:m], pos[:m] < ends[:, None], block, self.attention == "block_causal")
         shift = int(self.shifted_logits)
         at = torch.tensor([q.start for q in queries], device=dev)[:, None] + torch.arange(block, device=dev) - shift
         at = at.clamp(min=0)
@@ -235,13 +244,15 @@ class MaskedDiffusionAdapter:
             for q, r, pad in zip(queries, rows, pads, strict=True)
         ]
         cache.plan(rows, pads, w, dev)
-        qpos = torch.tensor(qpos, device=dev)
         # a query sees the slots below min(its row's end, its block's end) and its own (a padding query: slot 0)
-        lim = torch.tensor([min(q.start + block, q.valid_end) for q in queries], device=dev)[:, None]
+        lims = [min(q.start + block, q.valid_end) for q in queries]
+        m = _mask_rows(lims, qpos)
+        qpos = torch.tensor(qpos, device=dev)
+        lim = torch.tensor(lims[:m], device=dev)[:, None]
         if self.attention == "block_causal":
-            lim = torch.minimum(lim, (qpos // block + 1) * block)
+            lim = torch.minimum(lim, (qpos[:m] // block + 1) * block)
         slot = torch.arange(cache.span, device=dev)
-        mask = ((slot < lim[..., None]) | (slot == qpos[..., None]))[:, None]
+        mask = ((slot < lim[..., None]) | (slot == qpos[:m, :, None]))[:, None]
         ids = torch.tensor(ids, device=dev)
         logits = self._call(ids, qpos, mask, block, past_key_values=cache, use_cache=True)
         cache.advance(rows, [len(p) for p in pend])

@@ -280,6 +280,7 @@ def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_
         "cache_copies",
         "step_graph",
         "masked_vs_llada2_pipeline",
+        "masked_batch_scaling",
         "engine_vs_diffusion_gemma_pipeline",
     }
     no_ratio = {"engine_overhead", "cache_copies"}  # no reference run / a count (before: arithmetic)

@@ -14,3 +14,6 @@ def test_quick_bench_runs_and_matches_the_pipeline(tmp_path):
     for r in rows:
         assert r["identical_tokens"] and r["ours_forwards"] <= r["pipeline_forwards"]
         assert r["ours_s"] > 0 and r["pipeline_s"] > 0
+    sc = payload["ours_scaling"]
+    assert (sc["batch"], sc["vs_batch"]) == (max(masked_bench.QUICK["batches"]), min(masked_bench.QUICK["batches"]))
+    assert sc["ratio_of_medians"] > 0 and sc["median_round_ratio"] > 0

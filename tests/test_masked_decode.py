@@ -250,3 +250,21 @@ def test_eager_attention_reads_the_mask_as_sdpa_does(checkpoints):
     queries = [BlockQuery(0, ids[:12], ids[12:14] + [m, m], 100), BlockQuery(1, ids[:4], [m] * 4, 6)]
     a, b = sdpa.forward(sdpa.open(2), queries, 4), eager.forward(eager.open(2), queries, 4)
     torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("context", ["recompute", "cache"])
+def test_rows_of_one_shape_share_one_mask_row_and_logits_stay(checkpoints, context, monkeypatch):
+    """Rows at the same positions with the same end get one broadcast mask row; their logits equal those of a
+    mask built row by row (bit for bit), and the shared row is taken only when the rows really agree."""
+    import models.masked_diffusion as md
+
+    ad = _adapter(checkpoints[4], context)
+    m = ad.mask_id
+    ids = [ad.encode(t) for t in ("Hello world, this is", "Once upon a time the")]
+    assert len(ids[0]) == len(ids[1])
+    same = [md.BlockQuery(i, s[:8], s[8:10] + [m, m], 100) for i, s in enumerate(ids)]
+    assert md._mask_rows([12, 12], [[0, 1], [0, 1]]) == 1 and md._mask_rows([12, 11], [[0, 1], [0, 1]]) == 2
+    assert md._mask_rows([12, 12], [[0, 1], [1, 2]]) == 2
+    shared = ad.forward(ad.open(2), same, 4)
+    monkeypatch.setattr(md, "_mask_rows", lambda ends, positions: len(ends))
+    assert torch.equal(shared, ad.forward(ad.open(2), same, 4))

@@ -1,7 +1,8 @@
 """Our masked decoder against diffusers' LLaDA2Pipeline on the same tiny block-causal model, greedy.
 
 512-token prompts, 4 blocks of 32 new tokens, batch 1 and 16: the two must write identical tokens (checked
-before timing), then they are timed interleaved round by round in one process and compared by medians. The
+before timing), then both, at both batches, are timed interleaved round by round in one process and compared by
+medians; our own batch scaling (tokens/s at 16 over 1) is paired per round too. The
 pipeline recomputes the whole prefix every step; ours runs the prompt once and then one block per step over the
 exact K/V cache, and skips the pipeline's no-op forward after a block's last mask (forwards are reported).
 
@@ -34,7 +35,7 @@ from models.masked_diffusion import MaskedDiffusionAdapter, ReferenceModel
 from models.tiny import build_masked
 from samplers.masked import BlockRefinementConfig
 
-FULL = {"prompt": 512, "block": 32, "blocks": 4, "batches": (1, 16), "repeats": 5}
+FULL = {"prompt": 512, "block": 32, "blocks": 4, "batches": (1, 16), "repeats": 7}
 QUICK = {"prompt": 64, "block": 8, "blocks": 4, "batches": (1, 4), "repeats": 2}
 SAMPLER = {"threshold": 0.9, "steps_per_block": 8}
 
@@ -75,49 +76,83 @@ def _contenders(ad, reqs: list[GenerationRequest], block: int, gen: int, eos: in
     return {"ours": ours, "llada2_pipeline": reference}
 
 
-def _batch_row(ad, cfg: dict, batch: int, rng: random.Random) -> dict[str, Any]:
-    gen, block = cfg["block"] * cfg["blocks"], cfg["block"]
-    eos = next(iter(ad.eos_ids))
-    chars = list(range(10, 100))
-    reqs = [
+def _requests(ad, cfg: dict, batch: int, rng: random.Random) -> list[GenerationRequest]:
+    chars, gen = list(range(10, 100)), cfg["block"] * cfg["blocks"]
+    return [
         GenerationRequest(str(i), [rng.choice(chars) for _ in range(cfg["prompt"])], seed=i, max_new_tokens=gen)
         for i in range(batch)
     ]
-    fns = _contenders(ad, reqs, block, gen, eos)
+
+
+def _checked(ad, cfg: dict, reqs: list[GenerationRequest]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two contenders at one batch, run once: their tokens must be identical. Returns them and that run."""
+    fns = _contenders(ad, reqs, cfg["block"], cfg["block"] * cfg["blocks"], next(iter(ad.eos_ids)))
     (ours_tok, ours_fw), (ref_tok, ref_fw) = fns["ours"](), fns["llada2_pipeline"]()
     if ours_tok != ref_tok:
-        raise AssertionError(f"batch {batch}: our tokens differ from LLaDA2Pipeline's")
-    times = interleaved({k: (lambda f=f: f()) for k, f in fns.items()}, repeats=cfg["repeats"], warmup=0)
-    tokens = sum(map(len, ours_tok))
+        raise AssertionError(f"batch {len(reqs)}: our tokens differ from LLaDA2Pipeline's")
+    return fns, {"tokens": sum(map(len, ours_tok)), "ours_forwards": ours_fw, "pipeline_forwards": ref_fw}
+
+
+def _row(cfg: dict, batch: int, first: dict[str, Any], times: dict[str, list[float]]) -> dict[str, Any]:
+    ours, ref = times[f"ours@{batch}"], times[f"llada2_pipeline@{batch}"]
     return {
         "batch": batch,
         "prompt_tokens": cfg["prompt"],
-        "new_tokens_per_row": gen,
+        "new_tokens_per_row": cfg["block"] * cfg["blocks"],
         "identical_tokens": True,
-        "ours_s": median(times["ours"]),
-        "pipeline_s": median(times["llada2_pipeline"]),
-        **ratio_stats(times["llada2_pipeline"], times["ours"]),
-        "ours_forwards": ours_fw,
-        "pipeline_forwards": ref_fw,
-        "ours_tokens_per_s": tokens / median(times["ours"]),
-        "pipeline_tokens_per_s": tokens / median(times["llada2_pipeline"]),
+        "ours_s": median(ours),
+        "pipeline_s": median(ref),
+        **ratio_stats(ref, ours),
+        "ours_forwards": first["ours_forwards"],
+        "pipeline_forwards": first["pipeline_forwards"],
+        "ours_tokens_per_s": first["tokens"] / median(ours),
+        "pipeline_tokens_per_s": first["tokens"] / median(ref),
+    }
+
+
+def _scaling(first: dict[int, dict[str, Any]], times: dict[str, list[float]]) -> dict[str, Any]:
+    """Our tokens/s at the largest batch over the smallest, of medians and paired per round (one round runs both)."""
+    lo, hi = min(first), max(first)
+    rate = {b: [first[b]["tokens"] / t for t in times[f"ours@{b}"]] for b in (lo, hi)}
+    return {
+        "batch": hi,
+        "vs_batch": lo,
+        "ratio_of_medians": median(rate[hi]) / median(rate[lo]),
+        "median_round_ratio": median([h / s for h, s in zip(rate[hi], rate[lo], strict=True)]),
     }
 
 
 def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = False) -> dict[str, Any]:
+    """Tokens checked identical per batch first; then every contender at every batch alternates in each round,
+    so our batch scaling is paired per round too."""
     cfg = QUICK if quick else FULL
     info = machine_info()
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
         path = build_masked(Path(tmp) / "masked", block_length=cfg["block"])
         ad = MaskedDiffusionAdapter(str(path), dtype="float32", context="cache")
-        rows = [_batch_row(ad, cfg, b, rng) for b in cfg["batches"]]
-    payload = {"machine": info, "config": {**cfg, "sampler": SAMPLER}, "rows": rows}
+        fns, first = {}, {}
+        for b in cfg["batches"]:
+            pair, first[b] = _checked(ad, cfg, _requests(ad, cfg, b, rng))
+            fns.update({f"{name}@{b}": fn for name, fn in pair.items()})
+        times = interleaved(fns, repeats=cfg["repeats"], warmup=0)
+    rows = [_row(cfg, b, first[b], times) for b in cfg["batches"]]
+    payload = {
+        "machine": info,
+        "config": {**cfg, "sampler": SAMPLER},
+        "rows": rows,
+        "ours_scaling": _scaling(first, times),
+    }
     out = write_json("masked_bench", payload, out_dir or OUT_DIR)
     if not quiet:
         print_machine(info)
         cols = ["batch", "ours_s", "pipeline_s", "ratio_of_medians", "median_round_ratio", "ours_forwards"]
         print(table(rows, [*cols, "pipeline_forwards", "ours_tokens_per_s", "pipeline_tokens_per_s"]))
+        sc = payload["ours_scaling"]
+        print(
+            f"ours, tokens/s at batch {sc['batch']} over batch {sc['vs_batch']}: {sc['ratio_of_medians']:.2f}x "
+            f"(medians), {sc['median_round_ratio']:.2f}x (median of per-round ratios)"
+        )
         print(f"wrote {out}")
     return payload
 

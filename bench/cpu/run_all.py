@@ -12,7 +12,7 @@
 7. the denoising step eager vs compiled whole (`model.compile=step`) on the mid-size model at B = 1, 8: host ops
    per step, step time, graphs, graph breaks, logits difference (bench.cpu.step_graph_bench; ratio = eager / compiled);
 8. the masked decoder vs diffusers' LLaDA2Pipeline on a tiny block-causal model, identical greedy tokens, batch 1
-   and 16 (bench.cpu.masked_bench; ratio = pipeline / ours wall);
+   and 16 (bench.cpu.masked_bench; ratio = pipeline / ours wall), and its own tokens/s at batch 16 over batch 1;
 9. our engine vs diffusers' DiffusionGemmaPipeline on the shipped Sudoku model, same sampler: solved rate and TPF
    with intervals, tokens/s at batch 1, 16, 64 (bench.cpu.diffusers_bench; ratio = ours / pipeline tokens/s).
 Ratios are reference wall / ours (> 1: ours is faster), medians of interleaved runs in one process.
@@ -124,6 +124,17 @@ def family_rows(masked: dict, diffusers: dict) -> list[dict[str, Any]]:
         }
         for r in masked["rows"]
     ]
+    sc = masked["ours_scaling"]
+    rows.append(
+        {
+            "bench": "masked_batch_scaling",
+            "setting": f"B={sc['batch']} vs B={sc['vs_batch']}",
+            "reference": f"B={sc['vs_batch']} tok/s",
+            "ours": f"B={sc['batch']} tok/s",
+            "ratio": sc["ratio_of_medians"],
+            "note": f"paired per round {sc['median_round_ratio']:.2f}x",
+        }
+    )
     for r in diffusers["speed"]:
         rows.append(
             {
