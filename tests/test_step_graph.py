@@ -98,22 +98,21 @@ def test_the_whole_step_traces_as_one_graph(adapter_factory, medium_diffusion_di
 @pytest.mark.parametrize(
     "fixture, b, mode",
     [
-        ("medium_diffusion_dir", 1, None),
         ("medium_diffusion_dir", 8, None),
         ("windowed_dir", 1, None),
-        ("windowed_dir", 8, None),
         ("windowed_dir", 2, "reduce-overhead"),
     ],
 )
 def test_the_compiled_step_matches_the_eager_step(adapter_factory, request, fixture, b, mode):
     """Two steps (the second self-conditioned on all rows but one), compiled vs the engine's eager step: the same
     tokens, accept counts and stop flags, the processed logits (the next self-conditioning input) within
-    LOGITS_ATOL. `windowed_dir` has a sliding window shorter than the context (ring slots). `reduce-overhead`
-    (the engine's mode on CUDA; here inductor runs it without CUDA graphs): the buffers written in place are
-    static addresses, and the results are the same."""
+    LOGITS_ATOL. Inductor compiles the MoE model at batch 8 and the windowed one at batch 1 (`windowed_dir` has a
+    sliding window shorter than the context: ring slots); each CPU compile takes about a minute, so the other two
+    pairings are not run. `reduce-overhead` (the engine's mode on CUDA): the buffers written in place are static
+    addresses, dynamo's marks before any backend, so `aot_eager` captures it, and the results are the same."""
     adapter = adapter_factory(request.getfixturevalue(fixture))
     cfg = EntropyBoundConfig()
-    compiled = WholeStep(adapter, cfg, mode=mode)
+    compiled = WholeStep(adapter, cfg, mode=mode, backend="aot_eager" if mode else "inductor")
     ours = two_steps_match(compiled, adapter, adapter, cfg, b)
     if mode == "reduce-overhead":
         state = ours["state"]
@@ -313,6 +312,9 @@ def test_a_pending_commit_is_run_before_its_row_moves(adapter_factory, tiny_diff
     for name, kw in (("eager", {}), ("step", {"compile": "step"})):
         adapter = adapter_factory(tiny_diffusion_dir, **kw)
         dec = decoders[name] = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
+        if name == "step":  # the order of commit, move and step is the engine's; aot_eager captures it in seconds
+            dec._whole = WholeStep(adapter, dec.sampler, backend="aot_eager")
+            dec._commit_graph = WholeCommit(adapter, backend="aot_eager")
         reqs = [
             GenerationRequest("short", adapter.encode("hi"), seed=1, max_new_tokens=8),
             GenerationRequest("long", adapter.encode("a longer one"), seed=2, max_new_tokens=24),
