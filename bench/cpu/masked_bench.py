@@ -111,15 +111,11 @@ def _row(cfg: dict, batch: int, first: dict[str, Any], times: dict[str, list[flo
 
 
 def _scaling(first: dict[int, dict[str, Any]], times: dict[str, list[float]]) -> dict[str, Any]:
-    """Our tokens/s at the largest batch over the smallest, of medians and paired per round (one round runs both)."""
+    """Our tokens/s at the largest batch over the smallest, of medians and paired per round (one round runs both):
+    `ratio_stats` of their seconds per token."""
     lo, hi = min(first), max(first)
-    rate = {b: [first[b]["tokens"] / t for t in times[f"ours@{b}"]] for b in (lo, hi)}
-    return {
-        "batch": hi,
-        "vs_batch": lo,
-        "ratio_of_medians": median(rate[hi]) / median(rate[lo]),
-        "median_round_ratio": median([h / s for h, s in zip(rate[hi], rate[lo], strict=True)]),
-    }
+    per_token = {b: [t / first[b]["tokens"] for t in times[f"ours@{b}"]] for b in (lo, hi)}
+    return {"batch": hi, "vs_batch": lo, **ratio_stats(per_token[lo], per_token[hi])}
 
 
 def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = False) -> dict[str, Any]:
