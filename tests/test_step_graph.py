@@ -76,6 +76,13 @@ def two_steps_match(compiled: WholeStep, ours_adapter, eager_adapter, cfg, b: in
     return ours
 
 
+def _capture_with_aot_eager(dec: BlockDiffusionDecoder, adapter, mode: str | None = None) -> None:
+    """The decoder's step and commit graphs captured by dynamo with the `aot_eager` backend (seconds, where
+    inductor's CPU compiles take about a minute each): for tests of the engine's graph logic, not of inductor."""
+    dec._whole = WholeStep(adapter, dec.sampler, backend="aot_eager", mode=mode)
+    dec._commit_graph = WholeCommit(adapter, backend="aot_eager", mode=mode)
+
+
 def _explain(adapter, b: int):
     cfg = EntropyBoundConfig()
     step = WholeStep(adapter, cfg, compile=False)
@@ -135,8 +142,7 @@ def test_the_engine_with_a_compiled_step_decodes_as_eager(adapter_factory, windo
     for name, adapter in (("eager", eager), ("step", whole)):
         dec = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
         if name == "step" and mode:  # as BlockDiffusionDecoder sets them up on a CUDA model
-            graph = {"backend": "aot_eager", "mode": mode}
-            dec._whole, dec._commit_graph = WholeStep(adapter, dec.sampler, **graph), WholeCommit(adapter, **graph)
+            _capture_with_aot_eager(dec, adapter, mode)
         reqs = [
             GenerationRequest(f"s{i}", adapter.encode(p), seed=100 + i, max_new_tokens=8 * (1 + i % 3))
             for i, p in enumerate(PROMPTS)
@@ -313,8 +319,7 @@ def test_a_pending_commit_is_run_before_its_row_moves(adapter_factory, tiny_diff
         adapter = adapter_factory(tiny_diffusion_dir, **kw)
         dec = decoders[name] = BlockDiffusionDecoder(adapter, EntropyBoundConfig())
         if name == "step":  # the order of commit, move and step is the engine's; aot_eager captures it in seconds
-            dec._whole = WholeStep(adapter, dec.sampler, backend="aot_eager")
-            dec._commit_graph = WholeCommit(adapter, backend="aot_eager")
+            _capture_with_aot_eager(dec, adapter)
         reqs = [
             GenerationRequest("short", adapter.encode("hi"), seed=1, max_new_tokens=8),
             GenerationRequest("long", adapter.encode("a longer one"), seed=2, max_new_tokens=24),
