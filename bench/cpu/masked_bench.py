@@ -1,8 +1,10 @@
 """Our masked decoder against diffusers' LLaDA2Pipeline on the same tiny block-causal model, greedy.
 
-512-token prompts, 4 blocks of 32 new tokens, batch 1 and 16: the two must write identical tokens (checked
-before timing), then both, at both batches, are timed interleaved round by round in one process and compared by
-medians; our own batch scaling (tokens/s at 16 over 1) is paired per round too. The
+512-token prompts, 4 blocks of 32 new tokens, the same 16 prompts at batch 1 (one row at a time) and at batch 16:
+the two must write identical tokens (checked before timing), then both, at both batches, are timed interleaved
+round by round in one process and compared by medians; our own batch scaling (tokens/s at 16 over 1, the same
+work at both) is paired per round too. The same prompts at both batches matter: a row takes 4 to 14 forwards
+by its prompt, so a batch-1 run of another prompt would measure that prompt as much as the batch. The
 pipeline recomputes the whole prefix every step; ours runs the prompt once and then one block per step over the
 exact K/V cache, and skips the pipeline's no-op forward after a block's last mask (forwards are reported).
 
@@ -37,6 +39,7 @@ from samplers.masked import BlockRefinementConfig
 
 FULL = {"prompt": 512, "block": 32, "blocks": 4, "batches": (1, 16), "repeats": 7}
 QUICK = {"prompt": 64, "block": 8, "blocks": 4, "batches": (1, 4), "repeats": 2}
+# each batch decodes the same max(batches) prompts, `batch` rows at a time
 SAMPLER = {"threshold": 0.9, "steps_per_block": 8}
 
 
@@ -48,30 +51,36 @@ def _pipeline(ad: MaskedDiffusionAdapter, block: int):
     return pipe
 
 
-def _contenders(ad, reqs: list[GenerationRequest], block: int, gen: int, eos: int) -> dict[str, Any]:
-    """Two callables returning (token lists cut after EOS, forwards): ours at len(reqs) rows, and the pipeline on
-    the same prompts in one batch (equal prompt lengths, so its batch pads nothing)."""
+def _contenders(ad, reqs: list[GenerationRequest], batch: int, block: int, gen: int, eos: int) -> dict[str, Any]:
+    """Two callables decoding all of `reqs`, returning (token lists cut after EOS, forwards summed over the
+    batches): ours with at most `batch` rows in flight, and the pipeline on consecutive groups of `batch` prompts
+    (equal prompt lengths, so its batches pad nothing)."""
     cfg = BlockRefinementConfig(**SAMPLER)
     pipe = _pipeline(ad, block)
+    groups = [reqs[i : i + batch] for i in range(0, len(reqs), batch)]
 
     def ours():
-        out = MaskedDiffusionDecoder(ad, cfg).generate(reqs)
-        return [r.token_ids for r in out], max(r.nfe for r in out)
+        out = {r.sample_id: r for r in MaskedDiffusionDecoder(ad, cfg).stream(reqs, batch_size=batch)}
+        done = [out[r.sample_id] for r in reqs]
+        forwards = sum(max(r.nfe for r in done[i : i + batch]) for i in range(0, len(done), batch))
+        return [r.token_ids for r in done], forwards
 
     def reference():
-        n = [0]
+        n, toks = [0], []
 
         def count(p, i, t, kw):
             n[0] += 1
             return kw
 
-        seqs = pipe(
-            input_ids=torch.tensor([r.prompt_ids for r in reqs]), use_chat_template=False, gen_length=gen,
-            block_length=block, num_inference_steps=cfg.steps_per_block, temperature=0.0, threshold=cfg.threshold,
-            editing_threshold=None, minimal_topk=1, eos_token_id=eos, mask_token_id=ad.mask_id, output_type="seq",
-            callback_on_step_end=count,
-        ).sequences.tolist()  # fmt: skip
-        return [s[: s.index(eos) + 1] if eos in s else s for s in seqs], n[0]
+        for group in groups:
+            seqs = pipe(
+                input_ids=torch.tensor([r.prompt_ids for r in group]), use_chat_template=False, gen_length=gen,
+                block_length=block, num_inference_steps=cfg.steps_per_block, temperature=0.0,
+                threshold=cfg.threshold, editing_threshold=None, minimal_topk=1, eos_token_id=eos,
+                mask_token_id=ad.mask_id, output_type="seq", callback_on_step_end=count,
+            ).sequences.tolist()  # fmt: skip
+            toks += [s[: s.index(eos) + 1] if eos in s else s for s in seqs]
+        return toks, n[0]
 
     return {"ours": ours, "llada2_pipeline": reference}
 
@@ -84,12 +93,12 @@ def _requests(ad, cfg: dict, batch: int, rng: random.Random) -> list[GenerationR
     ]
 
 
-def _checked(ad, cfg: dict, reqs: list[GenerationRequest]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _checked(ad, cfg: dict, reqs: list[GenerationRequest], batch: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The two contenders at one batch, run once: their tokens must be identical. Returns them and that run."""
-    fns = _contenders(ad, reqs, cfg["block"], cfg["block"] * cfg["blocks"], next(iter(ad.eos_ids)))
+    fns = _contenders(ad, reqs, batch, cfg["block"], cfg["block"] * cfg["blocks"], next(iter(ad.eos_ids)))
     (ours_tok, ours_fw), (ref_tok, ref_fw) = fns["ours"](), fns["llada2_pipeline"]()
     if ours_tok != ref_tok:
-        raise AssertionError(f"batch {len(reqs)}: our tokens differ from LLaDA2Pipeline's")
+        raise AssertionError(f"batch {batch}: our tokens differ from LLaDA2Pipeline's")
     return fns, {"tokens": sum(map(len, ours_tok)), "ours_forwards": ours_fw, "pipeline_forwards": ref_fw}
 
 
@@ -97,6 +106,7 @@ def _row(cfg: dict, batch: int, first: dict[str, Any], times: dict[str, list[flo
     ours, ref = times[f"ours@{batch}"], times[f"llada2_pipeline@{batch}"]
     return {
         "batch": batch,
+        "prompts": max(cfg["batches"]),
         "prompt_tokens": cfg["prompt"],
         "new_tokens_per_row": cfg["block"] * cfg["blocks"],
         "identical_tokens": True,
@@ -128,8 +138,9 @@ def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = Fa
         path = build_masked(Path(tmp) / "masked", block_length=cfg["block"])
         ad = MaskedDiffusionAdapter(str(path), dtype="float32", context="cache")
         fns, first = {}, {}
+        reqs = _requests(ad, cfg, max(cfg["batches"]), rng)
         for b in cfg["batches"]:
-            pair, first[b] = _checked(ad, cfg, _requests(ad, cfg, b, rng))
+            pair, first[b] = _checked(ad, cfg, reqs, b)
             fns.update({f"{name}@{b}": fn for name, fn in pair.items()})
         times = interleaved(fns, repeats=cfg["repeats"], warmup=0)
     rows = [_row(cfg, b, first[b], times) for b in cfg["batches"]]

@@ -12,7 +12,8 @@
 7. the denoising step eager vs compiled whole (`model.compile=step`) on the mid-size model at B = 1, 8: host ops
    per step, step time, graphs, graph breaks, logits difference (bench.cpu.step_graph_bench; ratio = eager / compiled);
 8. the masked decoder vs diffusers' LLaDA2Pipeline on a tiny block-causal model, identical greedy tokens, batch 1
-   and 16 (bench.cpu.masked_bench; ratio = pipeline / ours wall), and its own tokens/s at batch 16 over batch 1;
+   and 16 on the same 16 prompts (bench.cpu.masked_bench; ratio = pipeline / ours wall), and its own tokens/s at
+   batch 16 over batch 1;
 9. our engine vs diffusers' DiffusionGemmaPipeline on the shipped Sudoku model, same sampler: solved rate and TPF
    with intervals, tokens/s at batch 1, 16, 64 (bench.cpu.diffusers_bench; ratio = ours / pipeline tokens/s).
 Ratios are reference wall / ours (> 1: ours is faster), medians of interleaved runs in one process.
@@ -115,7 +116,7 @@ def family_rows(masked: dict, diffusers: dict) -> list[dict[str, Any]]:
     rows = [
         {
             "bench": "masked_vs_llada2_pipeline",
-            "setting": f"B={r['batch']} prompt={r['prompt_tokens']} new={r['new_tokens_per_row']}",
+            "setting": f"B={r['batch']} x{r['prompts']} prompt={r['prompt_tokens']} new={r['new_tokens_per_row']}",
             "reference": f"{r['pipeline_s']:.3f}s",
             "ours": f"{r['ours_s']:.3f}s",
             "ratio": r["ratio_of_medians"],
@@ -128,7 +129,7 @@ def family_rows(masked: dict, diffusers: dict) -> list[dict[str, Any]]:
     rows.append(
         {
             "bench": "masked_batch_scaling",
-            "setting": f"B={sc['batch']} vs B={sc['vs_batch']}",
+            "setting": f"B={sc['batch']} vs B={sc['vs_batch']}, same prompts",
             "reference": f"B={sc['vs_batch']} tok/s",
             "ours": f"B={sc['batch']} tok/s",
             "ratio": sc["ratio_of_medians"],
