@@ -230,6 +230,20 @@ class MaskedDiffusionAdapter:
         return logits.gather(1, (at - (w - keep))[..., None].expand(-1, -1, logits.shape[-1]))
 
     def _cached(self, cache: RowCache, queries: list[BlockQuery], block: int) -> torch.Tensor:
+        """Rows starting a prompt (more than a block not yet cached) run in a forward of their own beside the
+        decoding rows: in one forward every row would be padded to the longest prompt, so a row refilled
+        mid-run would cost the whole batch a prefill (16 rows x 544 columns for one 512-token prompt)."""
+        fresh = [q.start - cache.lengths[q.row] > block for q in queries]
+        if all(fresh) or not any(fresh):
+            return self._cached_group(cache, queries, block)
+        groups = [[k for k, f in enumerate(fresh) if f == want] for want in (True, False)]
+        parts = [self._cached_group(cache, [queries[k] for k in g], block) for g in groups]
+        logits = parts[0].new_empty((len(queries), *parts[0].shape[1:]))
+        for g, part in zip(groups, parts, strict=True):
+            logits[g] = part
+        return logits
+
+    def _cached_group(self, cache: RowCache, queries: list[BlockQuery], block: int) -> torch.Tensor:
         """The current blocks plus each row's not yet cached prefix (left-padded so every row's block is the last L
         columns), over the rows' cached K/V in `cache`. Keys sit at their positions' slots, so the mask is
         built from positions alone."""

@@ -268,3 +268,28 @@ def test_rows_of_one_shape_share_one_mask_row_and_logits_stay(checkpoints, conte
     shared = ad.forward(ad.open(2), same, 4)
     monkeypatch.setattr(md, "_mask_rows", lambda ends, positions=(): len(ends))
     assert torch.equal(shared, ad.forward(ad.open(2), same, 4))
+
+
+def test_a_row_starting_its_prompt_runs_apart_from_the_decoding_rows(checkpoints):
+    """A row refilled mid-run (its prompt not yet cached) runs in a forward of its own: in the decoding rows'
+    forward it would pad every row to its prompt's length. Each row's logits stay those of its sequence alone."""
+    from models.masked_diffusion import BlockQuery
+
+    ad = _adapter(checkpoints[4])
+    m = ad.mask_id
+    ids = [ad.encode(t) for t in ("Hello world, this is a longer one", "Hi there, a prompt of some length")]
+    cache = ad.open(2)
+    ad.forward(cache, [BlockQuery(0, ids[0][:12], [m] * 4, 100)], 4)  # row 0's prompt cached
+    queries = [BlockQuery(0, ids[0][:12], ids[0][12:14] + [m, m], 100), BlockQuery(1, ids[1][:24], [m] * 4, 100)]
+    shapes = []
+    hook = ad.model.register_forward_pre_hook(
+        lambda mod, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        got = ad.forward(cache, queries, 4)
+    finally:
+        hook.remove()
+    assert sorted(shapes) == [(1, 4), (1, 28)]  # not one (2, 28) forward
+    for q, row in zip(queries, got, strict=True):
+        alone = ReferenceModel(ad, 4)(torch.tensor([q.prefix + q.block])).logits[0]
+        torch.testing.assert_close(row, alone[q.start : q.start + 4], rtol=0, atol=1e-10)

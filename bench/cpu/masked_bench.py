@@ -1,12 +1,14 @@
 """Our masked decoder against diffusers' LLaDA2Pipeline on the same tiny block-causal model, greedy.
 
-512-token prompts, 4 blocks of 32 new tokens, the same 16 prompts at batch 1 (one row at a time) and at batch 16:
-the two must write identical tokens (checked before timing), then both, at both batches, are timed interleaved
-round by round in one process and compared by medians; our own batch scaling (tokens/s at 16 over 1, the same
-work at both) is paired per round too. The same prompts at both batches matter: a row takes 4 to 14 forwards
-by its prompt, so a batch-1 run of another prompt would measure that prompt as much as the batch. The
+512-token prompts, 4 blocks of 32 new tokens, the same 64 prompts at batch 1 (one row at a time) and at batch 16
+(ours: rows refilled as they finish; the pipeline: four batches of 16): the two must write identical tokens
+(checked before timing), then both, at both batches, are timed interleaved round by round in one process and
+compared by medians; our own batch scaling (tokens/s at 16 over 1, the same work at both) is paired per round
+too. The same prompts at both batches matter: a row takes 4 to 14 forwards by its prompt, so a batch-1 run of
+another prompt would measure that prompt as much as the batch; more prompts than rows make the batch-16 run
+refill rows mid-run, as an eval does. The
 pipeline recomputes the whole prefix every step; ours runs the prompt once and then one block per step over the
-exact K/V cache, and skips the pipeline's no-op forward after a block's last mask (forwards are reported).
+exact K/V cache, and skips the pipeline's no-op forward after a block's last mask (row forwards are reported).
 
     python -m bench.cpu.masked_bench [--quick] [--out-dir DIR]
 """
@@ -37,9 +39,9 @@ from models.masked_diffusion import MaskedDiffusionAdapter, ReferenceModel
 from models.tiny import build_masked
 from samplers.masked import BlockRefinementConfig
 
-FULL = {"prompt": 512, "block": 32, "blocks": 4, "batches": (1, 16), "repeats": 7}
-QUICK = {"prompt": 64, "block": 8, "blocks": 4, "batches": (1, 4), "repeats": 2}
-# each batch decodes the same max(batches) prompts, `batch` rows at a time
+FULL = {"prompt": 512, "block": 32, "blocks": 4, "batches": (1, 16), "prompts": 64, "repeats": 7}
+QUICK = {"prompt": 64, "block": 8, "blocks": 4, "batches": (1, 4), "prompts": 8, "repeats": 2}
+# each batch decodes the same `prompts` prompts, `batch` rows at a time
 SAMPLER = {"threshold": 0.9, "steps_per_block": 8}
 
 
@@ -52,9 +54,10 @@ def _pipeline(ad: MaskedDiffusionAdapter, block: int):
 
 
 def _contenders(ad, reqs: list[GenerationRequest], batch: int, block: int, gen: int, eos: int) -> dict[str, Any]:
-    """Two callables decoding all of `reqs`, returning (token lists cut after EOS, forwards summed over the
-    batches): ours with at most `batch` rows in flight, and the pipeline on consecutive groups of `batch` prompts
-    (equal prompt lengths, so its batches pad nothing)."""
+    """Two callables decoding all of `reqs`, returning (token lists cut after EOS, row forwards: a row's forward
+    counts once per row computed): ours with at most `batch` rows in flight, each computed while it is busy, and
+    the pipeline on consecutive groups of `batch` prompts, every row computed until its group stops (equal prompt
+    lengths, so its batches pad nothing)."""
     cfg = BlockRefinementConfig(**SAMPLER)
     pipe = _pipeline(ad, block)
     groups = [reqs[i : i + batch] for i in range(0, len(reqs), batch)]
@@ -62,17 +65,17 @@ def _contenders(ad, reqs: list[GenerationRequest], batch: int, block: int, gen: 
     def ours():
         out = {r.sample_id: r for r in MaskedDiffusionDecoder(ad, cfg).stream(reqs, batch_size=batch)}
         done = [out[r.sample_id] for r in reqs]
-        forwards = sum(max(r.nfe for r in done[i : i + batch]) for i in range(0, len(done), batch))
-        return [r.token_ids for r in done], forwards
+        return [r.token_ids for r in done], sum(r.nfe for r in done)
 
     def reference():
-        n, toks = [0], []
+        n, toks, rows = [0], [], 0
 
         def count(p, i, t, kw):
             n[0] += 1
             return kw
 
         for group in groups:
+            before = n[0]
             seqs = pipe(
                 input_ids=torch.tensor([r.prompt_ids for r in group]), use_chat_template=False, gen_length=gen,
                 block_length=block, num_inference_steps=cfg.steps_per_block, temperature=0.0,
@@ -80,16 +83,17 @@ def _contenders(ad, reqs: list[GenerationRequest], batch: int, block: int, gen: 
                 mask_token_id=ad.mask_id, output_type="seq", callback_on_step_end=count,
             ).sequences.tolist()  # fmt: skip
             toks += [s[: s.index(eos) + 1] if eos in s else s for s in seqs]
-        return toks, n[0]
+            rows += (n[0] - before) * len(group)
+        return toks, rows
 
     return {"ours": ours, "llada2_pipeline": reference}
 
 
-def _requests(ad, cfg: dict, batch: int, rng: random.Random) -> list[GenerationRequest]:
+def _requests(ad, cfg: dict, n: int, rng: random.Random) -> list[GenerationRequest]:
     chars, gen = list(range(10, 100)), cfg["block"] * cfg["blocks"]
     return [
         GenerationRequest(str(i), [rng.choice(chars) for _ in range(cfg["prompt"])], seed=i, max_new_tokens=gen)
-        for i in range(batch)
+        for i in range(n)
     ]
 
 
@@ -99,22 +103,22 @@ def _checked(ad, cfg: dict, reqs: list[GenerationRequest], batch: int) -> tuple[
     (ours_tok, ours_fw), (ref_tok, ref_fw) = fns["ours"](), fns["llada2_pipeline"]()
     if ours_tok != ref_tok:
         raise AssertionError(f"batch {batch}: our tokens differ from LLaDA2Pipeline's")
-    return fns, {"tokens": sum(map(len, ours_tok)), "ours_forwards": ours_fw, "pipeline_forwards": ref_fw}
+    return fns, {"tokens": sum(map(len, ours_tok)), "ours_row_forwards": ours_fw, "pipeline_row_forwards": ref_fw}
 
 
 def _row(cfg: dict, batch: int, first: dict[str, Any], times: dict[str, list[float]]) -> dict[str, Any]:
     ours, ref = times[f"ours@{batch}"], times[f"llada2_pipeline@{batch}"]
     return {
         "batch": batch,
-        "prompts": max(cfg["batches"]),
+        "prompts": cfg["prompts"],
         "prompt_tokens": cfg["prompt"],
         "new_tokens_per_row": cfg["block"] * cfg["blocks"],
         "identical_tokens": True,
         "ours_s": median(ours),
         "pipeline_s": median(ref),
         **ratio_stats(ref, ours),
-        "ours_forwards": first["ours_forwards"],
-        "pipeline_forwards": first["pipeline_forwards"],
+        "ours_row_forwards": first["ours_row_forwards"],
+        "pipeline_row_forwards": first["pipeline_row_forwards"],
         "ours_tokens_per_s": first["tokens"] / median(ours),
         "pipeline_tokens_per_s": first["tokens"] / median(ref),
     }
@@ -138,7 +142,7 @@ def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = Fa
         path = build_masked(Path(tmp) / "masked", block_length=cfg["block"])
         ad = MaskedDiffusionAdapter(str(path), dtype="float32", context="cache")
         fns, first = {}, {}
-        reqs = _requests(ad, cfg, max(cfg["batches"]), rng)
+        reqs = _requests(ad, cfg, cfg["prompts"], rng)
         for b in cfg["batches"]:
             pair, first[b] = _checked(ad, cfg, reqs, b)
             fns.update({f"{name}@{b}": fn for name, fn in pair.items()})
@@ -153,8 +157,8 @@ def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = Fa
     out = write_json("masked_bench", payload, out_dir or OUT_DIR)
     if not quiet:
         print_machine(info)
-        cols = ["batch", "ours_s", "pipeline_s", "ratio_of_medians", "median_round_ratio", "ours_forwards"]
-        print(table(rows, [*cols, "pipeline_forwards", "ours_tokens_per_s", "pipeline_tokens_per_s"]))
+        cols = ["batch", "ours_s", "pipeline_s", "ratio_of_medians", "median_round_ratio", "ours_row_forwards"]
+        print(table(rows, [*cols, "pipeline_row_forwards", "ours_tokens_per_s", "pipeline_tokens_per_s"]))
         sc = payload["ours_scaling"]
         print(
             f"ours, tokens/s at batch {sc['batch']} over batch {sc['vs_batch']}: {sc['ratio_of_medians']:.2f}x "

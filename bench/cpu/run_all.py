@@ -121,7 +121,7 @@ def family_rows(masked: dict, diffusers: dict) -> list[dict[str, Any]]:
             "ours": f"{r['ours_s']:.3f}s",
             "ratio": r["ratio_of_medians"],
             "note": f"identical tokens {r['identical_tokens']}; "
-            f"forwards {r['ours_forwards']} vs {r['pipeline_forwards']}",
+            f"row forwards {r['ours_row_forwards']} vs {r['pipeline_row_forwards']}",
         }
         for r in masked["rows"]
     ]
