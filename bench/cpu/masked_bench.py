@@ -6,9 +6,9 @@
 compared by medians; our own batch scaling (tokens/s at 16 over 1, the same work at both) is paired per round
 too. The same prompts at both batches matter: a row takes 4 to 14 forwards by its prompt, so a batch-1 run of
 another prompt would measure that prompt as much as the batch; more prompts than rows make the batch-16 run
-refill rows mid-run, as an eval does. The
-pipeline recomputes the whole prefix every step; ours runs the prompt once and then one block per step over the
-exact K/V cache, and skips the pipeline's no-op forward after a block's last mask (row forwards are reported).
+refill rows mid-run, as an eval does. The pipeline recomputes the whole prefix every step; ours runs the prompt
+once and then one block per step over the exact K/V cache, and skips the pipeline's no-op forward after a block's
+last mask (row forwards are reported).
 
     python -m bench.cpu.masked_bench [--quick] [--out-dir DIR]
 """

@@ -12,8 +12,8 @@
 7. the denoising step eager vs compiled whole (`model.compile=step`) on the mid-size model at B = 1, 8: host ops
    per step, step time, graphs, graph breaks, logits difference (bench.cpu.step_graph_bench; ratio = eager / compiled);
 8. the masked decoder vs diffusers' LLaDA2Pipeline on a tiny block-causal model, identical greedy tokens, batch 1
-   and 16 on the same 16 prompts (bench.cpu.masked_bench; ratio = pipeline / ours wall), and its own tokens/s at
-   batch 16 over batch 1;
+   and 16 on the same 64 prompts (rows refilled at 16; bench.cpu.masked_bench; ratio = pipeline / ours wall), and
+   its own tokens/s at batch 16 over batch 1;
 9. our engine vs diffusers' DiffusionGemmaPipeline on the shipped Sudoku model, same sampler: solved rate and TPF
    with intervals, tokens/s at batch 1, 16, 64 (bench.cpu.diffusers_bench; ratio = ours / pipeline tokens/s).
 Ratios are reference wall / ours (> 1: ours is faster), medians of interleaved runs in one process.
