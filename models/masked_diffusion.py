@@ -17,6 +17,13 @@ position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dr
   computed once, at the step after its commit, and never refreshed; Fast-dLLM refreshes at each block start).
 
 `shifted_logits` (Dream): logits at position i predict token i + 1 (recompute path only).
+
+What a model's own forward takes is read from its signature, not assumed: `position_ids` are passed where it takes
+them (LLaDA 8B's remote code does not; it numbers positions 0 .. T - 1 itself, so it runs on the recompute path
+only), `logits_to_keep` or `num_logits_to_keep` (Dream) where it takes one. Remote code that reads the mask its own
+way is configured, never guessed: `mask_form: bool` passes True = seen (SDAR calls `.bool()` on the mask, which
+would invert the additive form), and `forward_kwargs` go to every forward (SDAR writes its cache only with
+`store_kv: true`). docs/masked.md lists what each hub model's remote code needs, checked against its source.
 """
 
 from __future__ import annotations
@@ -37,11 +44,28 @@ from models.row_cache import RowCache
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
 ATTENTIONS = ("block_causal", "bidirectional")
 CONTEXTS = ("recompute", "cache", "prefix_cache")
+MASK_FORMS = ("additive", "bool")
+# the adapter's own forward arguments: `forward_kwargs` may not set them
+OWN_KWARGS = {"input_ids", "attention_mask", "position_ids", "past_key_values", "use_cache", "logits_to_keep"}
 AUTO_CLASSES = {"causal_lm": AutoModelForCausalLM, "model": AutoModel}
 
 
-def check_masked_model(attention: str, context: str, shifted_logits: bool, block_length: int | None = None) -> None:
+def check_masked_model(
+    attention: str,
+    context: str,
+    shifted_logits: bool,
+    block_length: int | None = None,
+    mask_form: str = "additive",
+    forward_kwargs: Any = None,
+) -> None:
     """The adapter's own knobs; run before loading (harness.runner.configs) and again by the adapter."""
+    if mask_form not in MASK_FORMS:
+        raise ValueError(f"model.mask_form: must be one of {MASK_FORMS}, got {mask_form!r}")
+    if forward_kwargs is not None:
+        if not hasattr(forward_kwargs, "keys") or not all(isinstance(k, str) for k in forward_kwargs):
+            raise ValueError(f"model.forward_kwargs: must be a mapping of argument names, got {forward_kwargs!r}")
+        if clash := sorted(OWN_KWARGS & set(forward_kwargs) | {"num_logits_to_keep"} & set(forward_kwargs)):
+            raise ValueError(f"model.forward_kwargs: {clash} are the adapter's own arguments")
     if attention not in ATTENTIONS:
         raise ValueError(f"model.attention: must be one of {ATTENTIONS}, got {attention!r}")
     if context not in CONTEXTS:
@@ -126,8 +150,10 @@ class MaskedDiffusionAdapter:
         num_threads: int | None = None,
         revision: str | None = None,
         attn_implementation: str | None = None,
+        mask_form: str = "additive",
+        forward_kwargs: dict[str, Any] | None = None,
     ):
-        check_masked_model(attention, context, shifted_logits, block_length)
+        check_masked_model(attention, context, shifted_logits, block_length, mask_form, forward_kwargs)
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
         if auto_class not in AUTO_CLASSES:
@@ -142,13 +168,23 @@ class MaskedDiffusionAdapter:
         model = AUTO_CLASSES[auto_class].from_pretrained(path, **kwargs).eval().to(device)
         tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
         self.attention, self.context, self.shifted_logits = attention, context, shifted_logits
+        self.mask_form, self.forward_kwargs = mask_form, dict(forward_kwargs or {})
         self.bind(model, tok, mask_token_id, block_length, eos_token_ids, enable_thinking)
 
     def bind(self, model, tokenizer, mask_token_id, block_length, eos_token_ids, enable_thinking=None) -> None:
         """Mask id and block length: the config yaml's, else the checkpoint config's, else the tokenizer's."""
         self.model, self.tokenizer, self.enable_thinking = model, tokenizer, enable_thinking
+        params = inspect.signature(model.forward).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        self.takes_positions = "position_ids" in params or takes_any
+        if not self.takes_positions and self.context != "recompute":
+            raise ValueError(
+                f"model.context={self.context}: {type(model).__name__}.forward takes no position_ids (it numbers "
+                "positions 0 .. T - 1 itself), so only context=recompute runs its positions right"
+            )
         # the LM head runs only on the columns a step reads (not the prompt's), where the model's forward allows it
-        self.trims_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.keep_arg = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
+        self.trims_logits = self.keep_arg is not None
         cfg = model.config
         self.mask_id = mask_token_id if mask_token_id is not None else getattr(cfg, "mask_token_id", None)
         self.mask_id = self.mask_id if self.mask_id is not None else tokenizer.mask_token_id
@@ -181,6 +217,9 @@ class MaskedDiffusionAdapter:
             "context": self.context,
             "context_exact": self.context != "prefix_cache",
             "shifted_logits": self.shifted_logits,
+            "mask_form": self.mask_form,
+            "forward_kwargs": self.forward_kwargs,
+            "position_ids": self.takes_positions,
             "mask_token_id": self.mask_id,
             "block_length": self.block_length,
             "vocab_size": self.vocab_size,
@@ -205,11 +244,15 @@ class MaskedDiffusionAdapter:
         return self._cached(cache, queries, block_length)
 
     def _call(self, ids, qpos, mask, keep: int, **kwargs) -> torch.Tensor:
-        """Logits of (at least) the last `keep` columns: exactly those when the model can trim its LM head."""
-        if self.trims_logits:
-            kwargs["logits_to_keep"] = keep
-        mask = additive(mask, self.dtype)
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=qpos, **kwargs).logits
+        """Logits of (at least) the last `keep` columns: exactly those when the model can trim its LM head. The mask
+        is expanded to the batch (a view: remote code may check its first dimension)."""
+        if self.keep_arg:
+            kwargs[self.keep_arg] = keep
+        if self.takes_positions:
+            kwargs["position_ids"] = qpos
+        mask = additive(mask, self.dtype) if self.mask_form == "additive" else mask
+        mask = mask.expand(ids.shape[0], -1, -1, -1)
+        logits = self.model(input_ids=ids, attention_mask=mask, **kwargs, **self.forward_kwargs).logits
         return logits[:, -keep:]
 
     def _recompute(self, queries: list[BlockQuery], block: int) -> torch.Tensor:

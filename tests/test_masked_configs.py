@@ -54,14 +54,17 @@ def test_masked_samplers_are_in_the_sampler_group(masked_dir):
         (["model=tiny_masked", "sampler=fast_dllm_masked", "model.attention=bidirectional"], "context=cache is exact"),
         (["model=tiny_masked", "sampler=remdm", "model.shifted_logits=true"], "model.shifted_logits"),
         (["model=llada2_mini", "sampler=block_refinement", "model.mask_token_id=null"], "model.mask_token_id"),
+        (["model=tiny_masked", "sampler=block_refinement", "+model.mask_form=float"], "model.mask_form"),
+        (["model=sdar", "sampler=block_refinement", "+model.forward_kwargs.position_ids=0"], "model.forward_kwargs"),
     ],
 )
 def test_bad_combinations_fail_before_loading(weightless, overrides, match):
-    path = [] if "model=llada2_mini" in overrides else [f"model.path={weightless}"]
+    hub = "model=llada2_mini" in overrides or "model=sdar" in overrides
+    path = [] if hub else [f"model.path={weightless}"]
     if "model=tiny_diffusion" in overrides:
         path = []
     cfg = compose_app(*overrides, *path)
-    if "model=llada2_mini" not in overrides:
+    if not hub:
         check_model_path(cfg.model)
     with pytest.raises(ValueError, match=match):
         check_family(cfg.model, cfg.sampler)

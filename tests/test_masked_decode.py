@@ -293,3 +293,79 @@ def test_a_row_starting_its_prompt_runs_apart_from_the_decoding_rows(checkpoints
     for q, row in zip(queries, got, strict=True):
         alone = ReferenceModel(ad, 4)(torch.tensor([q.prefix + q.block])).logits[0]
         torch.testing.assert_close(row, alone[q.start : q.start + 4], rtol=0, atol=1e-10)
+
+
+class _Remote(torch.nn.Module):
+    """A stand-in for remote modeling code around the tiny twin: its forward's signature and mask handling are the
+    subclass's; the network underneath is the same."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config, self.generation_config = inner, inner.config, inner.generation_config
+
+    @property
+    def device(self):
+        return self.inner.device
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+
+class _NoPositions(_Remote):
+    """LLaDA 8B's forward: no position_ids and no **kwargs (positions are 0 .. T - 1, numbered by the model)."""
+
+    def forward(self, input_ids=None, attention_mask=None, use_cache=None):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, use_cache=use_cache)
+
+
+class _BoolMaskStoreKV(_Remote):
+    """SDAR's forward: the mask read with `.bool()` (True = seen), the cache written only with `store_kv=True`."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None,
+                logits_to_keep=0, **kwargs):  # fmt: skip
+        if past_key_values is not None and not kwargs.get("store_kv", False):
+            raise AssertionError("store_kv not passed: SDAR would neither write nor read this cache")
+        return self.inner(
+            input_ids=input_ids, attention_mask=attention_mask.bool(), position_ids=position_ids,
+            past_key_values=past_key_values, use_cache=use_cache, logits_to_keep=logits_to_keep,
+        )  # fmt: skip
+
+
+def _rebound(path, model_cls, context, **kw):
+    ad = MaskedDiffusionAdapter(str(path), dtype="float64", context=context, eos_token_ids=[1], num_threads=1, **kw)
+    ad.bind(model_cls(ad.model), ad.tokenizer, None, None, [1])
+    return ad
+
+
+def test_a_forward_without_position_ids_runs_the_recompute_path_and_refuses_the_cache(checkpoints):
+    """LLaDA 8B's remote forward takes no position_ids: not passed (a TypeError otherwise), the model's own 0 .. T - 1
+    are the recompute path's positions, so the tokens equal the plain twin's; a cached context is refused."""
+    cfg = BlockRefinementConfig(threshold=0.8, steps_per_block=4)
+    plain = _adapter(checkpoints[4], "recompute")
+    bare = _rebound(checkpoints[4], _NoPositions, "recompute")
+    assert not bare.takes_positions and plain.takes_positions and not bare.trims_logits
+    reqs = _requests(plain)
+    want = [r.token_ids for r in MaskedDiffusionDecoder(plain, cfg).generate(reqs)]
+    assert [r.token_ids for r in MaskedDiffusionDecoder(bare, cfg).generate(reqs)] == want
+    with pytest.raises(ValueError, match="position_ids"):
+        _rebound(checkpoints[4], _NoPositions, "cache")
+
+
+def test_a_bool_mask_and_forward_kwargs_reach_a_model_that_reads_them(checkpoints):
+    """SDAR-style remote code: with `mask_form=bool` and `forward_kwargs={store_kv: true}` the cached decode equals
+    the plain twin's; the additive form would be inverted by its `.bool()` (other logits)."""
+    cfg = BlockRefinementConfig(threshold=0.8, steps_per_block=4)
+    plain = _adapter(checkpoints[4], "cache")
+    sdar = _rebound(checkpoints[4], _BoolMaskStoreKV, "cache", mask_form="bool", forward_kwargs={"store_kv": True})
+    reqs = _requests(plain)
+    want = [r.token_ids for r in MaskedDiffusionDecoder(plain, cfg).generate(reqs)]
+    assert [r.token_ids for r in MaskedDiffusionDecoder(sdar, cfg).generate(reqs)] == want
+    from models.masked_diffusion import BlockQuery
+
+    q = [BlockQuery(0, reqs[4].prompt_ids[:8], [plain.mask_id] * 4, 100)]
+    inverted = _rebound(checkpoints[4], _BoolMaskStoreKV, "cache", forward_kwargs={"store_kv": True})
+    got, ref = inverted.forward(inverted.open(1), q, 4), plain.forward(plain.open(1), q, 4)
+    assert not torch.allclose(got, ref, atol=1e-3)
+    with pytest.raises(AssertionError, match="store_kv"):
+        _rebound(checkpoints[4], _BoolMaskStoreKV, "cache", mask_form="bool").forward(plain.open(1), q, 4)

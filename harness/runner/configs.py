@@ -287,7 +287,10 @@ def check_family(model: DictConfig, sampler: DictConfig) -> None:
     from models.masked_diffusion import check_masked_model
 
     attention, context = str(model.get("attention")), str(model.get("context"))
-    check_masked_model(attention, context, bool(model.get("shifted_logits")), model.get("block_length"))
+    check_masked_model(
+        attention, context, bool(model.get("shifted_logits")), model.get("block_length"),
+        str(model.get("mask_form", "additive")), model.get("forward_kwargs"),
+    )  # fmt: skip
     found = _checkpoint_fields(model)
     mask_id = model.get("mask_token_id", None)
     if mask_id is None and found.get("mask_token_id") is None:
