@@ -39,6 +39,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
+from models import remote_compat
 from models.row_cache import RowCache
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
@@ -162,6 +163,8 @@ class MaskedDiffusionAdapter:
             torch.set_num_threads(num_threads)
         path = resolve_model_ref(path, "model.path")
         self.path, self.name = path, name or Path(path).name
+        if trust_remote_code:
+            remote_compat.apply()  # transformers 4.x names that the families' remote code still takes
         kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision, "trust_remote_code": trust_remote_code}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
