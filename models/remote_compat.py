@@ -5,12 +5,17 @@ transformers 5 removed, put back before such code loads (docs/masked.md, "Hub mo
   is built (transformers 5 moved it into each model class), so they failed with `KeyError: 'default'`.
 - `transformers.utils.LossKwargs`: SDAR subclasses it (a TypedDict of loss keywords, now `TransformersKwargs`).
 - `transformers.utils.import_utils.is_torch_fx_available`: LLaDA 2.0-era code asks it before wrapping a mask helper.
+- `GenerationConfig.validate`'s keywords: transformers 5 calls it with `strict` / `user_set_attributes`; Dream's own
+  `DreamGenerationConfig.validate(self, is_init=False)` then raised a TypeError inside `from_pretrained`. Subclasses
+  defined from now on (remote code loads after this) get the keywords their `validate` does not take dropped.
 
 Only what is missing is added, nothing is replaced, so native models and newer remote code see transformers as it is.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import torch
@@ -30,6 +35,33 @@ def default_rope(config: Any, device: Any = None, seq_len: int | None = None, **
     return 1.0 / (base**exponent), 1.0
 
 
+def tolerant_validate(cls: type) -> None:
+    """A subclass's own `validate` without `**kwargs` is wrapped to drop the keywords it does not take."""
+    own = cls.__dict__.get("validate")
+    if own is None:
+        return
+    params = inspect.signature(own).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+
+    @functools.wraps(own)
+    def validate(self, *args, **kwargs):
+        return own(self, *args, **{k: v for k, v in kwargs.items() if k in params})
+
+    cls.validate = validate
+
+
+def _init_generation_subclass(cls, **kwargs) -> None:
+    super(_generation_config(), cls).__init_subclass__(**kwargs)
+    tolerant_validate(cls)
+
+
+def _generation_config() -> type:
+    from transformers import GenerationConfig
+
+    return GenerationConfig
+
+
 def apply() -> list[str]:
     """Adds the missing names; returns those it added (empty on transformers 4.x)."""
     from transformers import modeling_rope_utils, utils
@@ -45,4 +77,8 @@ def apply() -> list[str]:
     if not hasattr(import_utils, "is_torch_fx_available"):
         import_utils.is_torch_fx_available = lambda: False
         added.append("transformers.utils.import_utils.is_torch_fx_available")
+    gen = _generation_config()
+    if "user_set_attributes" in inspect.signature(gen.validate).parameters and "__init_subclass__" not in vars(gen):
+        gen.__init_subclass__ = classmethod(_init_generation_subclass)
+        added.append("GenerationConfig subclasses: validate() keywords they do not take dropped")
     return added

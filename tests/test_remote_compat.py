@@ -20,7 +20,7 @@ from models.tiny import build_masked
 from samplers.masked import BlockRefinementConfig
 
 OLD_REMOTE_CODE = """
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.utils import LossKwargs  # transformers 4.x (SDAR)
 from transformers.utils.import_utils import is_torch_fx_available  # transformers 4.x (LLaDA 2.0)
@@ -28,6 +28,11 @@ from transformers.utils.import_utils import is_torch_fx_available  # transformer
 
 class OldRemoteConfig(LlamaConfig):
     model_type = "old_remote_llama"
+
+
+class OldGenerationConfig(GenerationConfig):
+    def validate(self, is_init=False):  # transformers 4.x's signature (Dream's DreamGenerationConfig)
+        pass
 
 
 class OldRemoteForCausalLM(LlamaForCausalLM):
@@ -38,7 +43,34 @@ class OldRemoteForCausalLM(LlamaForCausalLM):
         # as LLaDA 2, SDAR and Dream build their rotary embedding: the table's "default" entry
         inv_freq, self.attention_scaling = ROPE_INIT_FUNCTIONS["default"](config, None)
         self.model.rotary_emb.inv_freq = inv_freq
+
+    @classmethod
+    def from_pretrained(cls, path, *args, **kwargs):  # as Dream's: its own generation config class
+        model = super().from_pretrained(path, *args, **kwargs)
+        model.generation_config = OldGenerationConfig.from_pretrained(path)
+        return model
 """
+
+
+def test_a_generation_config_validate_of_transformers_4_takes_the_new_keywords():
+    """Subclasses defined after `apply()` get the keywords their old-style `validate` does not take dropped; one
+    taking **kwargs is left as it is."""
+    from transformers import GenerationConfig
+
+    remote_compat.apply()
+    seen = []
+
+    class Old(GenerationConfig):
+        def validate(self, is_init=False):
+            seen.append(is_init)
+
+    class New(GenerationConfig):
+        def validate(self, *args, **kwargs):
+            seen.append(sorted(kwargs))
+
+    Old(max_new_tokens=4).update(max_new_tokens=8)  # transformers 5: validate(user_set_attributes=...)
+    New().update(max_new_tokens=8)
+    assert False in seen and ["user_set_attributes"] in seen
 
 
 def test_default_rope_equals_transformers_own():
@@ -78,6 +110,7 @@ def test_remote_code_of_transformers_4_loads_through_the_adapter(old_remote_dir,
     kw = {"dtype": "float64", "context": "cache", "eos_token_ids": [1], "num_threads": 1}
     remote = MaskedDiffusionAdapter(str(old_remote_dir), trust_remote_code=True, **kw)
     assert type(remote.model).__name__ == "OldRemoteForCausalLM"
+    assert type(remote.model.generation_config).__name__ == "OldGenerationConfig"
     twin = build_masked(tmp_path / "twin", block_length=4)  # the same seed: the same weights, no remote code
     plain = MaskedDiffusionAdapter(str(twin), **kw)
     assert type(plain.model).__name__ == "LlamaForCausalLM"
