@@ -47,7 +47,8 @@ ATTENTIONS = ("block_causal", "bidirectional")
 CONTEXTS = ("recompute", "cache", "prefix_cache")
 MASK_FORMS = ("additive", "bool")
 # the adapter's own forward arguments: `forward_kwargs` may not set them
-OWN_KWARGS = {"input_ids", "attention_mask", "position_ids", "past_key_values", "use_cache", "logits_to_keep"}
+OWN_KWARGS = {"input_ids", "attention_mask", "position_ids", "past_key_values", "use_cache"}
+OWN_KWARGS |= {"logits_to_keep", "num_logits_to_keep"}
 AUTO_CLASSES = {"causal_lm": AutoModelForCausalLM, "model": AutoModel}
 
 
@@ -65,7 +66,7 @@ def check_masked_model(
     if forward_kwargs is not None:
         if not hasattr(forward_kwargs, "keys") or not all(isinstance(k, str) for k in forward_kwargs):
             raise ValueError(f"model.forward_kwargs: must be a mapping of argument names, got {forward_kwargs!r}")
-        if clash := sorted(OWN_KWARGS & set(forward_kwargs) | {"num_logits_to_keep"} & set(forward_kwargs)):
+        if clash := sorted(OWN_KWARGS & set(forward_kwargs)):
             raise ValueError(f"model.forward_kwargs: {clash} are the adapter's own arguments")
     if attention not in ATTENTIONS:
         raise ValueError(f"model.attention: must be one of {ATTENTIONS}, got {attention!r}")
