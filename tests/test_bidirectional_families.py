@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 
 from contract.records import GenerationRequest
 from harness.engine.masked import MaskedDiffusionDecoder
-from harness.runner.configs import check_family
+from harness.runner.configs import check_family, run_name
 from models.masked_diffusion import MaskedDiffusionAdapter
 from models.tiny import build_masked
 from samplers.config import SamplerConfigError
@@ -245,3 +245,14 @@ def test_shipped_yamls_name_their_own_layout(name, layout):
     cfg = OmegaConf.load(f"conf/model/{name}.yaml")
     assert (cfg.canvas, cfg.block_origin, cfg.block_length, cfg.schedule, cfg.confidence) == layout
     check_family(cfg, OmegaConf.create({"name": "low_confidence", "family": "masked", "block_length": None}))
+
+
+def test_unset_schedule_and_confidence_keep_a_masked_run_identity():
+    """Runs from before these knobs resume into the same run dir when they are left null; set, they are named."""
+    model = _model_cfg(name="m", path="outputs/tiny/masked")
+    old = OmegaConf.create({"name": "low_confidence", "family": "masked", "steps_per_block": 8})
+    new = OmegaConf.create({**OmegaConf.to_container(old), "schedule": None, "confidence": None})
+    ev = OmegaConf.create({"name": "prompts"})
+    assert run_name(model, new, ev, 0, 1) == run_name(model, old, ev, 0, 1)
+    named = OmegaConf.create({**OmegaConf.to_container(old), "schedule": "dream", "confidence": None})
+    assert "scheduledream" in run_name(model, named, ev, 0, 1)

@@ -126,6 +126,9 @@ def run_name(
         m.pop("adapter", None)  # runs without a LoRA adapter keep the identity they had before the key existed
     if not s.get("stream_after_stable"):
         s.pop("stream_after_stable", None)  # so do runs that do not stream
+    for k in ("schedule", "confidence"):  # and masked runs that take the model's own fill schedule and ranking
+        if s.get(k, "") is None:
+            s.pop(k)
     if s.get("verify", "off") == "off":  # and runs without hybrid verification
         for k in VERIFY_KNOBS:
             s.pop(k, None)
