@@ -67,7 +67,7 @@ def check_masked_model(
     attention: str,
     context: str,
     shifted_logits: bool,
-    block_length: int | None = None,
+    block_length: int | str | None = None,
     mask_form: str = "additive",
     forward_kwargs: Any = None,
     layout: DecodeLayout | None = None,
@@ -98,7 +98,7 @@ def check_masked_model(
     if block_length == ANSWER_BLOCK:
         if layout.block_origin != "prompt":
             raise ValueError(
-                "model.block_length=answer: one block from the prompt's end: needs model.block_origin=prompt"
+                "model.block_length=answer (one block from the prompt's end) needs model.block_origin=prompt"
             )
     elif block_length is not None and (not isinstance(block_length, int) or block_length < 1):
         raise ValueError(f"model.block_length: must be null, 'answer' or an integer >= 1, got {block_length!r}")
@@ -190,7 +190,7 @@ class MaskedDiffusionAdapter:
         attention: str = "block_causal",
         context: str = "recompute",
         mask_token_id: int | None = None,
-        block_length: int | None = None,
+        block_length: int | str | None = None,  # int, or 'answer' (one block: the whole answer)
         shifted_logits: bool = False,
         trust_remote_code: bool = False,
         auto_class: str = "causal_lm",
