@@ -18,6 +18,13 @@ position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dr
 
 `shifted_logits` (Dream): logits at position i predict token i + 1 (recompute path only).
 
+The decode layout is the family's own, named in its yaml (`harness.engine.masked` follows it): `canvas: block` runs
+the prefix and the current block (LLaDA2Pipeline), `canvas: answer` the whole answer with later blocks' positions as
+mask tokens (LLaDA's generate.py, Dream's diffusion_generate: a bidirectional model sees them; recompute path
+only); `block_origin: absolute` aligns blocks at position 0 (LLaDA 2.x), `prompt` at the prompt's end (LLaDA, Dream);
+`block_length: answer` makes the whole answer one block (Dream). `schedule` and `confidence` are the family's fill
+schedule and ranking (`samplers.masked`), the defaults a sampler's null ones take.
+
 What a model's own forward takes is read from its signature, not assumed: `position_ids` are passed where it takes
 them (LLaDA 8B's remote code does not; it numbers positions 0 .. T - 1 itself, so it runs on the recompute path
 only), `logits_to_keep` or `num_logits_to_keep` (Dream) where it takes one. Remote code that reads the mask its own
@@ -29,7 +36,7 @@ would invert the additive form), and `forward_kwargs` go to every forward (SDAR 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +48,15 @@ from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
 from models import remote_compat
 from models.row_cache import RowCache
+from samplers.masked import CONFIDENCES, SCHEDULES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
 ATTENTIONS = ("block_causal", "bidirectional")
 CONTEXTS = ("recompute", "cache", "prefix_cache")
 MASK_FORMS = ("additive", "bool")
+CANVASES = ("block", "answer")
+BLOCK_ORIGINS = ("absolute", "prompt")
+ANSWER_BLOCK = "answer"  # model.block_length: the whole answer is one block (Dream)
 # the adapter's own forward arguments: `forward_kwargs` may not set them
 OWN_KWARGS = {"input_ids", "attention_mask", "position_ids", "past_key_values", "use_cache"}
 OWN_KWARGS |= {"logits_to_keep", "num_logits_to_keep"}
@@ -56,11 +67,13 @@ def check_masked_model(
     attention: str,
     context: str,
     shifted_logits: bool,
-    block_length: int | None = None,
+    block_length: int | str | None = None,
     mask_form: str = "additive",
     forward_kwargs: Any = None,
+    layout: DecodeLayout | None = None,
 ) -> None:
     """The adapter's own knobs; run before loading (harness.runner.configs) and again by the adapter."""
+    layout = layout or DecodeLayout()
     if mask_form not in MASK_FORMS:
         raise ValueError(f"model.mask_form: must be one of {MASK_FORMS}, got {mask_form!r}")
     if forward_kwargs is not None:
@@ -81,8 +94,41 @@ def check_masked_model(
         raise ValueError("model.context=prefix_cache is the approximation for bidirectional models; use context=cache")
     if shifted_logits and context != "recompute":
         raise ValueError("model.shifted_logits: only with model.context=recompute (the cached paths run no prefix)")
-    if block_length is not None and (not isinstance(block_length, int) or block_length < 1):
-        raise ValueError(f"model.block_length: must be null or an integer >= 1, got {block_length!r}")
+    layout.check(attention, context)
+    if block_length == ANSWER_BLOCK:
+        if layout.block_origin != "prompt":
+            raise ValueError(
+                "model.block_length=answer (one block from the prompt's end) needs model.block_origin=prompt"
+            )
+    elif block_length is not None and (not isinstance(block_length, int) or block_length < 1):
+        raise ValueError(f"model.block_length: must be null, 'answer' or an integer >= 1, got {block_length!r}")
+
+
+@dataclass(frozen=True)
+class DecodeLayout:
+    """How the family's own generation lays out and fills the answer (module docstring); defaults: LLaDA2Pipeline."""
+
+    canvas: str = "block"
+    block_origin: str = "absolute"
+    schedule: str = "even"
+    confidence: str = "prob"
+
+    def check(self, attention: str, context: str) -> None:
+        for key, allowed in (("canvas", CANVASES), ("block_origin", BLOCK_ORIGINS), ("schedule", SCHEDULES)):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"model.{key}: must be one of {allowed}, got {getattr(self, key)!r}")
+        if self.confidence not in CONFIDENCES:
+            raise ValueError(f"model.confidence: must be one of {CONFIDENCES}, got {self.confidence!r}")
+        if self.canvas == "answer" and (attention != "bidirectional" or context != "recompute"):
+            raise ValueError(
+                "model.canvas=answer: the later blocks' masks are seen only by a bidirectional model recomputing "
+                f"the whole canvas (model.attention=bidirectional, model.context=recompute), got {attention}, {context}"
+            )
+        if self.block_origin == "prompt" and attention != "bidirectional":
+            raise ValueError(
+                "model.block_origin=prompt: a block-causal model attends in blocks aligned at position 0; "
+                "use block_origin=absolute"
+            )
 
 
 def block_mask(
@@ -123,6 +169,7 @@ class BlockQuery:
     prefix: list[int]
     block: list[int]
     valid_end: int
+    canvas_end: int = 0  # canvas=answer: the row runs to here, the positions past its block holding the mask id
 
     @property
     def start(self) -> int:
@@ -143,7 +190,7 @@ class MaskedDiffusionAdapter:
         attention: str = "block_causal",
         context: str = "recompute",
         mask_token_id: int | None = None,
-        block_length: int | None = None,
+        block_length: int | str | None = None,  # int, or 'answer' (one block: the whole answer)
         shifted_logits: bool = False,
         trust_remote_code: bool = False,
         auto_class: str = "causal_lm",
@@ -154,8 +201,13 @@ class MaskedDiffusionAdapter:
         attn_implementation: str | None = None,
         mask_form: str = "additive",
         forward_kwargs: dict[str, Any] | None = None,
+        canvas: str = "block",
+        block_origin: str = "absolute",
+        schedule: str = "even",
+        confidence: str = "prob",
     ):
-        check_masked_model(attention, context, shifted_logits, block_length, mask_form, forward_kwargs)
+        self.layout = DecodeLayout(canvas, block_origin, schedule, confidence)
+        check_masked_model(attention, context, shifted_logits, block_length, mask_form, forward_kwargs, self.layout)
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
         if auto_class not in AUTO_CLASSES:
@@ -226,6 +278,7 @@ class MaskedDiffusionAdapter:
             "position_ids": self.takes_positions,
             "mask_token_id": self.mask_id,
             "block_length": self.block_length,
+            **asdict(self.layout),
             "vocab_size": self.vocab_size,
             "parameters": sum(p.numel() for p in self.model.parameters()),
         }
@@ -261,7 +314,7 @@ class MaskedDiffusionAdapter:
 
     def _recompute(self, queries: list[BlockQuery], block: int) -> torch.Tensor:
         dev = self.device
-        seqs = [q.prefix + q.block for q in queries]
+        seqs = [q.prefix + q.block + [self.mask_id] * (q.canvas_end - q.start - len(q.block)) for q in queries]
         w = max(map(len, seqs))
         ids = torch.tensor([s + [self.mask_id] * (w - len(s)) for s in seqs], device=dev)
         pos = torch.arange(w, device=dev).expand(len(seqs), -1)
