@@ -12,7 +12,9 @@
 A row's blocks are LLaDA2Pipeline's: aligned at absolute position 0 (the prompt included), `ceil((prompt +
 max_new_tokens) / L)` of them, positions past prompt + max_new_tokens hidden from attention, and one row decodes
 exactly as LLaDA2Pipeline decodes it alone (tests/test_masked_decode.py): same schedule, same rule, same EOS
-check, same block-end rule. The one difference is a forward the pipeline spends and we do not: with editing off,
+check, same block-end rule. An AR-seeded model (`ar_seeded`, Nemotron-Labs-Diffusion) starts its blocks at the
+prompt's end, and a block's first forward commits only its first token, the model's AR prediction
+(tests/test_nemotron_diffusion.py). The one difference is a forward the pipeline spends and we do not: with editing off,
 the pipeline runs one more forward after a block's last mask is filled, which changes nothing.
 Random numbers: `samplers.streams` uniforms keyed by (sample seed, block index, forward in the block, position).
 TPF: valid output tokens / denoising forwards (`nfe`), the one rule of `contract.records`.
@@ -95,6 +97,7 @@ class MaskedDiffusionDecoder:
         self.model, self.sampler, self.tokenizer = model, sampler, model.tokenizer
         # a block-causal model attends in the decode's blocks (as LLaDA 2.x's own generate builds its mask)
         self.block_length = sampler.block_length or model.block_length
+        self.seeded = getattr(model, "ar_seeded", False)
 
     def encode(self, prompt) -> list[int]:
         return self.model.encode(prompt)
@@ -129,7 +132,7 @@ class MaskedDiffusionDecoder:
     def _start(self, req: GenerationRequest) -> _Row:
         check_request(req)
         n, p, mask = self.block_length, len(req.prompt_ids), self.model.mask_id
-        start = p // n * n
+        start = p if self.seeded else p // n * n  # an AR-seeded model's blocks start at the prompt's end
         gen_end = p + req.max_new_tokens
         res = GenerationResult(req.sample_id, [], "", 0, prompt_tokens=p)
         steps = self.sampler.steps_for(req.max_new_tokens, n)
@@ -137,7 +140,7 @@ class MaskedDiffusionDecoder:
         block = tail + [mask] * (n - len(tail))
         return _Row(
             req, res, time.perf_counter(), list(req.prompt_ids[:start]), block, p, gen_end,
-            -(-gen_end // n) * n, transfer_schedule(n, steps),
+            start + -(-(gen_end - start) // n) * n, transfer_schedule(n - self.seeded, steps),
         )  # fmt: skip
 
     # ----------------------------------------------------------------------------------------------
@@ -166,6 +169,12 @@ class MaskedDiffusionDecoder:
         new, fill, edit = refine(
             block, tok, prob, torch.tensor(shares, device=dev), editable, mask, cfg.threshold, cfg.editing_threshold
         )
+        if self.seeded:  # a block's first forward commits its first token alone: the AR prediction
+            fresh = torch.tensor([[r.forwards == 0] for r in rows], device=dev)
+            first = torch.zeros_like(fill)
+            first[:, 0] = True
+            new = torch.where(fresh, torch.where(first, tok, block), new)
+            fill, edit = torch.where(fresh, first, fill), edit & ~fresh
         remasked = torch.zeros_like(fill)
         if cfg.remask_ratio > 0:
             last = torch.tensor([r.step_idx + 1 >= len(r.schedule) for r in rows], device=dev)[:, None]
@@ -185,6 +194,8 @@ class MaskedDiffusionDecoder:
         the masks left over the steps left, so the block ends filled."""
         s = min(r.step_idx, len(r.schedule) - 1)
         share = r.schedule[s]
+        if self.seeded and self.sampler.threshold is not None:
+            share = max(share, 1)  # an AR-seeded model's own threshold rule always takes the most confident one
         if self.sampler.remask_ratio > 0:
             left = r.block.count(self.model.mask_id)
             share = max(share, math.ceil(left / max(1, len(r.schedule) - r.step_idx)))
@@ -202,6 +213,7 @@ class MaskedDiffusionDecoder:
         `check_block_should_continue` for one row, less its no-op forward (editing off, block filled)."""
         cfg, mask = self.sampler, self.model.mask_id
         had_masks = mask in r.block
+        seed_step = self.seeded and r.forwards == 0  # outside the schedule, as its own generate
         r.block = out.block[k]
         res = r.result
         res.nfe += 1
@@ -217,7 +229,7 @@ class MaskedDiffusionDecoder:
             res.extra["edited"] = res.extra.get("edited", 0) + out.edited[k]
         if cfg.eos_early_stop and self._eos_committed(r, out.changed[k]):
             r.finished = True
-        if had_masks:
+        if had_masks and not seed_step:
             r.step_idx += 1
         if r.finished:
             return True
