@@ -298,3 +298,14 @@ def test_ar_mode_equals_its_own_ar_loop_token_for_token(stand_ins):
         assert batched == {r.sample_id: r.token_ids for r in got}
     with pytest.raises(InstantiationException, match="model.head: .* no submodule 'lm_head'"):
         instantiate(cfg, **here, mask_token_id=None, block_length=None, eos_token_ids=[1], head="lm_head")
+
+
+def test_the_memory_estimate_reads_a_remote_config_the_yaml_trusts(stand_ins):
+    """`harness.run` sizes an AR-mode batch from the config before loading: a remote config (`auto_map` with
+    `AutoModel` only) is read when the yaml trusts remote code and its model counted on `meta`, else refused."""
+    from models import memory
+
+    config = memory.load_config(str(stand_ins[4]), trust_remote_code=True)
+    assert memory.count_parameters(config) == sum(p.numel() for p in _shipped(stand_ins[4]).model.parameters())
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        memory.load_config(str(stand_ins[4]))
