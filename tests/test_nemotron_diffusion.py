@@ -218,10 +218,12 @@ def test_block_diffusion_equals_its_own_loop_token_for_token(stand_ins, block, t
     assert "eos" in ends  # the EOS path ran
 
 
-def test_batched_rows_of_different_lengths_decode_as_each_alone(stand_ins):
-    """Continuous batching (rows of different prompt lengths, refilled as they finish) changes no row's tokens."""
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_batched_rows_of_different_lengths_decode_as_each_alone(stand_ins, temperature):
+    """Continuous batching (rows of different prompt lengths, refilled as they finish) changes no row's tokens,
+    greedy or sampled (the draws are keyed by sample, block and forward, the AR-opened first token's included)."""
     ad = _shipped(stand_ins[4])
-    cfg = FastDllmConfig(threshold=0.9)
+    cfg = FastDllmConfig(threshold=0.9, temperature=temperature)
     reqs = _requests(ad, 12)
     alone = [MaskedDiffusionDecoder(ad, cfg).generate([r])[0].token_ids for r in reqs]
     together = MaskedDiffusionDecoder(ad, cfg).stream(reqs, batch_size=3)
