@@ -4,12 +4,15 @@ The model is any module taking `input_ids`, a 4D float `attention_mask` (0 seen,
 `additive`) and `position_ids` and returning `.logits` (the contract diffusers' LLaDA2Pipeline relies on).
 Attention is chosen by config, never guessed:
 `block_causal` (LLaDA 2.x, SDAR: a query in block i sees keys in blocks <= i; blocks are aligned at absolute
-position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dream). Three context paths
-(`context`, recorded in `describe()`):
+position 0, prompt included, as in LLaDA2Pipeline), `bidirectional` (LLaDA, Dream) or `prefix_causal`
+(Nemotron-Labs-Diffusion's block diffusion with a causal context: everything before the current block is encoded
+causally, as an AR model reads it, the current block attends that context and itself bidirectionally; blocks start
+at the prompt's end and each block's first token is the AR prediction of the position before it, `ar_seeded`).
+Three context paths (`context`, recorded in `describe()`):
 
 - `recompute`: every step runs the row's whole prefix plus its current block (LLaDA2Pipeline's way; exact).
-- `cache`: block-causal models only. A committed block's K/V never change, so they are kept per row and a step
-  runs only the current block, plus the positions committed since the row's last step (the prompt's whole
+- `cache`: block-causal and prefix-causal models only. A committed block's K/V never change, so they are kept per
+  row and a step runs only the current block, plus the positions committed since the row's last step (the prompt's whole
   blocks at its first step, the previous block at the first step of a block): no extra forward. Exact. The K/V
   live in `models.row_cache.RowCache` (preallocated per-row slots, slot = position): the model's attention
   writes a step's new K/V in place and attends the rows' slots, so no step copies the cached prefix.
@@ -30,7 +33,10 @@ them (LLaDA 8B's remote code does not; it numbers positions 0 .. T - 1 itself, s
 only), `logits_to_keep` or `num_logits_to_keep` (Dream) where it takes one. Remote code that reads the mask its own
 way is configured, never guessed: `mask_form: bool` passes True = seen (SDAR calls `.bool()` on the mask, which
 would invert the additive form), and `forward_kwargs` go to every forward (SDAR writes its cache only with
-`store_kv: true`). docs/masked.md lists what each hub model's remote code needs, checked against its source.
+`store_kv: true`); `module_attrs` are set on every submodule that has them after loading (Nemotron-Labs-Diffusion
+switches each attention between its modes with a `diffusion_lm` flag and drops any mask in diffusion mode: set
+false, it attends as our mask says). docs/masked.md lists what each hub model's remote code needs, checked against
+its source.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from models.row_cache import RowCache
 from samplers.masked import CONFIDENCES, SCHEDULES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
-ATTENTIONS = ("block_causal", "bidirectional")
+ATTENTIONS = ("block_causal", "bidirectional", "prefix_causal")
 CONTEXTS = ("recompute", "cache", "prefix_cache")
 MASK_FORMS = ("additive", "bool")
 CANVASES = ("block", "answer")
@@ -71,9 +77,15 @@ def check_masked_model(
     mask_form: str = "additive",
     forward_kwargs: Any = None,
     layout: DecodeLayout | None = None,
+    module_attrs: Any = None,
 ) -> None:
     """The adapter's own knobs; run before loading (harness.runner.configs) and again by the adapter."""
     layout = layout or DecodeLayout()
+    if module_attrs is not None and (
+        not hasattr(module_attrs, "items")
+        or not all(isinstance(k, str) and isinstance(v, bool | int | float | str) for k, v in module_attrs.items())
+    ):
+        raise ValueError(f"model.module_attrs: must map attribute names to scalars, got {module_attrs!r}")
     if mask_form not in MASK_FORMS:
         raise ValueError(f"model.mask_form: must be one of {MASK_FORMS}, got {mask_form!r}")
     if forward_kwargs is not None:
@@ -85,7 +97,12 @@ def check_masked_model(
         raise ValueError(f"model.attention: must be one of {ATTENTIONS}, got {attention!r}")
     if context not in CONTEXTS:
         raise ValueError(f"model.context: must be one of {CONTEXTS}, got {context!r}")
-    if context == "cache" and attention != "block_causal":
+    if attention == "prefix_causal" and context != "cache":
+        raise ValueError(
+            f"model.context={context}: attention=prefix_causal runs on context=cache only (its context is encoded "
+            "causally once, as Nemotron-Labs-Diffusion's own generate keeps it in its KV cache)"
+        )
+    if context == "cache" and attention not in ("block_causal", "prefix_causal"):
         raise ValueError(
             "model.context=cache is exact only for block-causal models; a bidirectional model's prefix K/V change "
             "with every later token: use context=recompute, or context=prefix_cache (approximate, Fast-dLLM)"
@@ -124,11 +141,28 @@ class DecodeLayout:
                 "model.canvas=answer: the later blocks' masks are seen only by a bidirectional model recomputing "
                 f"the whole canvas (model.attention=bidirectional, model.context=recompute), got {attention}, {context}"
             )
-        if self.block_origin == "prompt" and attention != "bidirectional":
+        if self.block_origin == "prompt" and attention == "block_causal":
             raise ValueError(
                 "model.block_origin=prompt: a block-causal model attends in blocks aligned at position 0; "
                 "use block_origin=absolute"
             )
+        if attention == "prefix_causal" and self.block_origin != "prompt":
+            raise ValueError(
+                "model.block_origin: attention=prefix_causal opens each block at the end of what came before "
+                "(Nemotron-Labs-Diffusion's own generate): use block_origin=prompt"
+            )
+
+
+def set_module_attrs(model: torch.nn.Module, attrs: dict[str, Any]) -> dict[str, Any]:
+    """Set each attribute on every submodule that has it (a mode flag remote code reads per layer); an attribute
+    no submodule has is refused, naming the key (a renamed flag would otherwise be silently left as it was)."""
+    for name, value in attrs.items():
+        owners = [m for m in model.modules() if hasattr(m, name)]
+        if not owners:
+            raise ValueError(f"model.module_attrs.{name}: no submodule of {type(model).__name__} has it")
+        for m in owners:
+            setattr(m, name, value)
+    return attrs
 
 
 def block_mask(
@@ -205,9 +239,12 @@ class MaskedDiffusionAdapter:
         block_origin: str = "absolute",
         schedule: str = "even",
         confidence: str = "prob",
+        module_attrs: dict[str, Any] | None = None,
     ):
         self.layout = DecodeLayout(canvas, block_origin, schedule, confidence)
-        check_masked_model(attention, context, shifted_logits, block_length, mask_form, forward_kwargs, self.layout)
+        check_masked_model(
+            attention, context, shifted_logits, block_length, mask_form, forward_kwargs, self.layout, module_attrs
+        )
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
         if auto_class not in AUTO_CLASSES:
@@ -222,6 +259,7 @@ class MaskedDiffusionAdapter:
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         model = AUTO_CLASSES[auto_class].from_pretrained(path, **kwargs).eval().to(device)
+        self.module_attrs = set_module_attrs(model, dict(module_attrs or {}))
         tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
         self.attention, self.context, self.shifted_logits = attention, context, shifted_logits
         self.mask_form, self.forward_kwargs = mask_form, dict(forward_kwargs or {})
@@ -274,6 +312,8 @@ class MaskedDiffusionAdapter:
             "context_exact": self.context != "prefix_cache",
             "shifted_logits": self.shifted_logits,
             "mask_form": self.mask_form,
+            "module_attrs": getattr(self, "module_attrs", {}),
+            "ar_seeded": self.ar_seeded,
             "forward_kwargs": self.forward_kwargs,
             "position_ids": self.takes_positions,
             "mask_token_id": self.mask_id,
@@ -282,6 +322,12 @@ class MaskedDiffusionAdapter:
             "vocab_size": self.vocab_size,
             "parameters": sum(p.numel() for p in self.model.parameters()),
         }
+
+    @property
+    def ar_seeded(self) -> bool:
+        """Blocks start at the prompt's end and a block's first token is the AR prediction of the position before it
+        (`prefix_causal`): the decoder commits it alone at the block's first forward (harness/engine/masked.py)."""
+        return self.attention == "prefix_causal"
 
     # ----------------------------------------------------------------------------------------------
 
@@ -365,12 +411,25 @@ class MaskedDiffusionAdapter:
         lim = torch.tensor(lims[:m], device=dev)[:, None]
         if self.attention == "block_causal":
             lim = torch.minimum(lim, (qpos[:m] // block + 1) * block)
+        elif self.attention == "prefix_causal":  # a context query sees up to itself, a block query all before lim
+            starts = torch.tensor([q.start for q in queries[:m]], device=dev)[:, None]
+            lim = torch.where(qpos[:m] < starts, qpos[:m] + 1, lim)
         slot = torch.arange(cache.span, device=dev)
         mask = ((slot < lim[..., None]) | (slot == qpos[:m, :, None]))[:, None]
         ids = torch.tensor(ids, device=dev)
-        logits = self._call(ids, qpos, mask, block, past_key_values=cache, use_cache=True)
+        keep = block + int(self.ar_seeded and w > block)
+        logits = self._call(ids, qpos, mask, keep, past_key_values=cache, use_cache=True)
         cache.advance(rows, [len(p) for p in pend])
-        return logits
+        return self._seeded(logits, [len(p) > 0 for p in pend]) if keep > block else logits
+
+    def _seeded(self, logits: torch.Tensor, opening: list[bool]) -> torch.Tensor:
+        """The block's logits; a row opening its block (its context up to the block runs in this forward, the
+        previous block or the prompt) gets for column 0 the causal logits of the position before the block: the AR
+        prediction that opens every block of `prefix_causal` decoding."""
+        out = logits[:, 1:]
+        opening = torch.tensor(opening, device=logits.device)
+        out[:, 0] = torch.where(opening[:, None], logits[:, 0], out[:, 0])
+        return out
 
 
 class ReferenceModel(torch.nn.Module):

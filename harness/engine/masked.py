@@ -19,6 +19,9 @@ max_new_tokens (shorter when the answer is not a multiple of L), and an `even` s
 (LLaDA's get_num_transfer_tokens); `block_length: answer`: one block, the whole answer (Dream). `canvas: answer`
 runs each step over the whole answer, the later blocks' positions as masks (tests/test_bidirectional_families.py).
 Rows in one step whose blocks differ in length are padded with a filler token that is no mask and hidden.
+An AR-seeded model (`ar_seeded`, Nemotron-Labs-Diffusion: `attention: prefix_causal`, blocks from the prompt's
+end) commits a block's first token alone at its first forward, the model's AR prediction
+(tests/test_nemotron_diffusion.py).
 Random numbers: `samplers.streams` uniforms keyed by (sample seed, block index, forward in the block, position).
 TPF: valid output tokens / denoising forwards (`nfe`), the one rule of `contract.records`.
 """
@@ -116,6 +119,7 @@ class MaskedDiffusionDecoder:
             own.canvas, own.block_origin, sampler.schedule or own.schedule, sampler.confidence or own.confidence
         )
         self.filler = model.pad_id if model.pad_id >= 0 and model.pad_id != model.mask_id else 0
+        self.seeded = getattr(model, "ar_seeded", False)
 
     def encode(self, prompt) -> list[int]:
         return self.model.encode(prompt)
@@ -156,8 +160,8 @@ class MaskedDiffusionDecoder:
         p, mask = len(req.prompt_ids), self.model.mask_id
         n = req.max_new_tokens if self.block_length == ANSWER_BLOCK else self.block_length
         gen_end = p + req.max_new_tokens
-        if self.layout.block_origin == "prompt":
-            origin, start, end = p, p, gen_end
+        if self.layout.block_origin == "prompt":  # an AR-seeded model's last block runs whole, as its own generate
+            origin, start, end = p, p, (p + -(-req.max_new_tokens // n) * n if self.seeded else gen_end)
         else:
             origin, start, end = 0, p // n * n, -(-gen_end // n) * n
         res = GenerationResult(req.sample_id, [], "", 0, prompt_tokens=p)
@@ -172,7 +176,8 @@ class MaskedDiffusionDecoder:
     def _plan(self, r: _Row) -> None:
         """The block's even schedule: the block length split (diffusers; with origin prompt a block holds masks
         only, so that is LLaDA's split of its masks). The dream schedule is computed step by step (`_share`)."""
-        r.schedule = transfer_schedule(len(r.block), r.steps) if self.layout.schedule == "even" else []
+        masks = len(r.block) - self.seeded  # an AR-seeded block's first token is committed outside the schedule
+        r.schedule = transfer_schedule(masks, r.steps) if self.layout.schedule == "even" else []
 
     # ----------------------------------------------------------------------------------------------
     # step
@@ -203,6 +208,12 @@ class MaskedDiffusionDecoder:
         editable &= torch.arange(n, device=dev) < torch.tensor([len(r.block) for r in rows], device=dev)[:, None]
         shares = torch.tensor([self._share(r) for r in rows], device=dev)
         new, fill, edit = refine(block, tok, prob, shares, editable, mask, cfg.threshold, cfg.editing_threshold, rank)
+        if self.seeded:  # a block's first forward commits its first token alone: the AR prediction
+            fresh = torch.tensor([[r.forwards == 0] for r in rows], device=dev)
+            first = torch.zeros_like(fill)
+            first[:, 0] = True
+            new = torch.where(fresh, torch.where(first, tok, block), new)
+            fill, edit = torch.where(fresh, first, fill), edit & ~fresh
         remasked = torch.zeros_like(fill)
         if cfg.remask_ratio > 0:
             last = torch.tensor([r.step_idx + 1 >= r.steps for r in rows], device=dev)[:, None]
@@ -225,6 +236,8 @@ class MaskedDiffusionDecoder:
         s = min(r.step_idx, r.steps - 1)
         left = r.block.count(self.model.mask_id)
         share = r.schedule[s] if r.schedule else dream_share(left, s, r.steps)
+        if self.seeded and self.sampler.threshold is not None:
+            share = max(share, 1)  # an AR-seeded model's own threshold rule always takes the most confident one
         if self.sampler.remask_ratio > 0:
             share = max(share, math.ceil(left / max(1, r.steps - r.step_idx)))
         return share
@@ -241,6 +254,7 @@ class MaskedDiffusionDecoder:
         `check_block_should_continue` for one row, less its no-op forward (editing off, block filled)."""
         cfg, mask = self.sampler, self.model.mask_id
         had_masks = mask in r.block
+        seed_step = self.seeded and r.forwards == 0  # outside the schedule, as its own generate
         r.block = out.block[k]
         res = r.result
         res.nfe += 1
@@ -256,7 +270,7 @@ class MaskedDiffusionDecoder:
             res.extra["edited"] = res.extra.get("edited", 0) + out.edited[k]
         if cfg.eos_early_stop and self._eos_committed(r, out.changed[k]):
             r.finished = True
-        if had_masks:
+        if had_masks and not seed_step:
             r.step_idx += 1
         if r.finished:
             return True

@@ -293,7 +293,7 @@ def check_family(model: DictConfig, sampler: DictConfig) -> None:
     layout = DecodeLayout(**{k: model[k] for k in ("canvas", "block_origin", "schedule", "confidence") if k in model})
     check_masked_model(
         attention, context, bool(model.get("shifted_logits")), model.get("block_length"),
-        str(model.get("mask_form", "additive")), model.get("forward_kwargs"), layout,
+        str(model.get("mask_form", "additive")), model.get("forward_kwargs"), layout, model.get("module_attrs"),
     )  # fmt: skip
     found = _checkpoint_fields(model)
     mask_id = model.get("mask_token_id", None)
