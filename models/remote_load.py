@@ -145,10 +145,12 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(before)
 
 
-def fresh_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def fresh_buffers(model: torch.nn.Module, seed: int = 0) -> dict[str, torch.Tensor]:
     """The non-persistent buffers the model's own `__init__` (and `post_init`) sets, from its class and config, built
-    under the default dtype the loader built it under (its parameters' dtype). The random state is left as it was."""
+    under the default dtype the loader built it under (its parameters' dtype), with the CPU generator seeded by `seed`
+    (two seeds tell a drawn buffer from a computed one). The caller's random state is left as it was."""
     with torch.random.fork_rng(devices=[]), _parameters_on_meta(), _default_dtype(model.dtype):
+        torch.default_generator.manual_seed(seed)  # the CPU one only: fork_rng restores only that
         fresh = type(model)(copy.deepcopy(model.config))
     return dict(non_persistent_buffers(fresh))
 
@@ -166,7 +168,7 @@ def repair_buffers(model: torch.nn.Module) -> BufferCheck:
     loaded = dict(non_persistent_buffers(model))
     if not loaded:
         return BufferCheck(0)
-    fresh, again = fresh_buffers(model), fresh_buffers(model)
+    fresh, again = fresh_buffers(model, seed=0), fresh_buffers(model, seed=1)
     problems, repaired = [], {}
     for name, buf in loaded.items():
         want = fresh.get(name)
@@ -175,7 +177,7 @@ def repair_buffers(model: torch.nn.Module) -> BufferCheck:
             problems.append(f"{name} {tuple(buf.shape)}: a fresh init has {got} (set outside __init__?)")
             continue
         if not _same(want, again[name]):
-            problems.append(f"{name}: two fresh inits differ (random or uninitialised memory in __init__)")
+            problems.append(f"{name}: two fresh inits differ (drawn at random, or uninitialised memory, in __init__)")
             continue
         want = want.to(device=buf.device, dtype=buf.dtype)
         if not torch.equal(buf, want):

@@ -51,6 +51,12 @@ def test_a_buffer_a_fresh_init_cannot_give_refuses_the_model(tmp_path):
     assert type(refused.value).__name__ == "RefusedModel"
 
 
+def test_a_buffer_drawn_at_random_in_init_refuses_the_model(tmp_path):
+    standin = build_standin(tmp_path / "random", "Old4xRandomBufferLM")
+    with pytest.raises(ValueError, match=r"refused.*noise: two fresh inits differ"):
+        _load(standin)
+
+
 def test_a_buffer_registered_outside_init_cannot_be_matched_and_refuses(tmp_path):
     from models import remote_load
 

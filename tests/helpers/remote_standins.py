@@ -102,6 +102,14 @@ class Old4xMaskedLM(Old4xPreTrained, GenerationMixin):
         return self.run(input_ids, attention_mask, position_ids)
 
 
+class Old4xRandomBufferLM(Old4xMaskedLM):
+    """A non-persistent buffer drawn at random in __init__: no fresh init can say what it should hold."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.register_buffer("noise", torch.randn(4), persistent=False)
+
+
 class Old4xNoGenerationLM(Old4xPreTrained):
     """The same without GenerationMixin (and no prepare_inputs_for_generation): transformers 5 gives it no
     generation_config."""
