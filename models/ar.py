@@ -21,13 +21,14 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.records import GenerationRequest, GenerationResult, check_requests
-from contract.text import Prompt, default_eos_ids, encode_prompt
+from contract.text import Prompt, encode_prompt
 from models import fused_moe
 from models.ar_engine import AREngine
 from models.causal_lm import CausalLM
 from models.drafters import ModelDrafter, MTPDrafter
 from models.gemma4_mtp import ASSISTANT_MODEL_TYPES, export_shared_kv, load_assistant
 from models.lora import load_adapter
+from models.remote_load import eos_ids_of
 from samplers.token_draw import TokenSampling
 
 DEFAULT_MODEL = "google/gemma-4-26B-A4B-it"
@@ -112,7 +113,7 @@ class ARDecoder:
             self.model = load_adapter(self.model, resolve_model_ref(adapter, "model.adapter")).eval()
         self.lora_adapter = adapter
         self.device = self.model.device
-        self.eos_ids = sorted(set(eos_token_ids or default_eos_ids(self.model.generation_config, self.tokenizer)))
+        self.eos_ids = sorted(set(eos_token_ids or eos_ids_of(self.model, self.tokenizer, path, revision)))
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.eos_ids[0]
         self.sampling = TokenSampling(do_sample, temperature, top_k, top_p)

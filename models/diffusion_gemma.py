@@ -20,10 +20,11 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
-from contract.text import Prompt, default_eos_ids, encode_prompt
+from contract.text import Prompt, encode_prompt
 from models import fused_moe, logits_blocks, reference_context, slot_attention
 from models.lora import load_adapter
 from models.reference_context import ReferenceState
+from models.remote_load import eos_ids_of
 from models.slot_cache import CanvasSlots, SlotCache, bucket
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
@@ -117,7 +118,7 @@ class DiffusionGemmaAdapter:
         self.canvas_length = self.config.canvas_length
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.config.text_config.pad_token_id
-        self.eos_ids = set(eos_token_ids or default_eos_ids(model.generation_config, tokenizer))
+        self.eos_ids = set(eos_token_ids or eos_ids_of(model, tokenizer, getattr(self, "path", None)))
         self.row_indexed = slot_attention.install(model)
         for layer in model.model.decoder.layers:  # the canvas K/V go into the slots after the context
             attn = layer.self_attn

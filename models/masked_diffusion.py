@@ -32,11 +32,14 @@ What a model's own forward takes is read from its signature, not assumed: `posit
 them (LLaDA 8B's remote code does not; it numbers positions 0 .. T - 1 itself, so it runs on the recompute path
 only), `logits_to_keep` or `num_logits_to_keep` (Dream) where it takes one. Remote code that reads the mask its own
 way is configured, never guessed: `mask_form: bool` passes True = seen (SDAR calls `.bool()` on the mask, which
-would invert the additive form), and `forward_kwargs` go to every forward (SDAR writes its cache only with
-`store_kv: true`); `module_attrs` are set on every submodule that has them after loading (Nemotron-Labs-Diffusion
-switches each attention between its modes with a `diffusion_lm` flag and drops any mask in diffusion mode: set
-false, it attends as our mask says). docs/masked.md lists what each hub model's remote code needs, checked against
-its source.
+would invert the additive form), `mask_form: padding` passes a 2D (B, K) key mask, 1 = seen (LLaDA 8B flattens
+any mask to (B, 1, 1, -1); only a fully bidirectional model on the recompute path can be told its mask that way),
+and `forward_kwargs` go to every forward (SDAR writes its cache only with `store_kv: true`); `module_attrs` are set
+on every submodule that has them after loading (Nemotron-Labs-Diffusion switches each attention between its modes
+with a `diffusion_lm` flag and drops any mask in diffusion mode: set false, it attends as our mask says). Loading
+goes through `models.remote_load`: packages the code imports are checked first (`requires`, `torch_fallbacks`), 4.x
+remote classes are fitted, and non-persistent buffers (rotary `inv_freq`) are repaired from a fresh init or the
+model is refused. docs/masked.md lists what each hub model's remote code needs, checked against its source.
 """
 
 from __future__ import annotations
@@ -51,15 +54,15 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
-from contract.text import Prompt, default_eos_ids, encode_prompt
-from models import remote_compat
+from contract.text import Prompt, encode_prompt
+from models import remote_compat, remote_load
 from models.row_cache import RowCache
 from samplers.masked import CONFIDENCES, SCHEDULES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
 ATTENTIONS = ("block_causal", "bidirectional", "prefix_causal")
 CONTEXTS = ("recompute", "cache", "prefix_cache")
-MASK_FORMS = ("additive", "bool")
+MASK_FORMS = ("additive", "bool", "padding")
 CANVASES = ("block", "answer")
 BLOCK_ORIGINS = ("absolute", "prompt")
 ANSWER_BLOCK = "answer"  # model.block_length: the whole answer is one block (Dream)
@@ -78,8 +81,11 @@ def check_masked_model(
     forward_kwargs: Any = None,
     layout: DecodeLayout | None = None,
     module_attrs: Any = None,
+    requires: Any = None,
+    torch_fallbacks: Any = None,
 ) -> None:
-    """The adapter's own knobs; run before loading (harness.runner.configs) and again by the adapter."""
+    """The adapter's own knobs and the packages the model's code needs; run before loading (harness.runner.configs)
+    and again by the adapter. Reads no files."""
     layout = layout or DecodeLayout()
     if module_attrs is not None and (
         not hasattr(module_attrs, "items")
@@ -88,6 +94,12 @@ def check_masked_model(
         raise ValueError(f"model.module_attrs: must map attribute names to scalars, got {module_attrs!r}")
     if mask_form not in MASK_FORMS:
         raise ValueError(f"model.mask_form: must be one of {MASK_FORMS}, got {mask_form!r}")
+    if mask_form == "padding" and (attention, context) != ("bidirectional", "recompute"):
+        raise ValueError(
+            f"model.mask_form=padding: a 2D key mask says only which keys a row has, so it needs "
+            f"attention=bidirectional and context=recompute (got {attention}, {context}): a block-causal or cached "
+            "step needs a 4D mask (additive or bool)"
+        )
     if forward_kwargs is not None:
         if not hasattr(forward_kwargs, "keys") or not all(isinstance(k, str) for k in forward_kwargs):
             raise ValueError(f"model.forward_kwargs: must be a mapping of argument names, got {forward_kwargs!r}")
@@ -119,6 +131,7 @@ def check_masked_model(
             )
     elif block_length is not None and (not isinstance(block_length, int) or block_length < 1):
         raise ValueError(f"model.block_length: must be null, 'answer' or an integer >= 1, got {block_length!r}")
+    remote_load.check_requirements(requires, torch_fallbacks)
 
 
 @dataclass(frozen=True)
@@ -240,11 +253,14 @@ class MaskedDiffusionAdapter:
         schedule: str = "even",
         confidence: str = "prob",
         module_attrs: dict[str, Any] | None = None,
+        requires: list[str] | None = None,
+        torch_fallbacks: list[str] | None = None,
     ):
         self.layout = DecodeLayout(canvas, block_origin, schedule, confidence)
         check_masked_model(
-            attention, context, shifted_logits, block_length, mask_form, forward_kwargs, self.layout, module_attrs
-        )
+            attention, context, shifted_logits, block_length, mask_form, forward_kwargs, self.layout, module_attrs,
+            requires, torch_fallbacks,
+        )  # fmt: skip
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
         if auto_class not in AUTO_CLASSES:
@@ -252,13 +268,14 @@ class MaskedDiffusionAdapter:
         if num_threads:
             torch.set_num_threads(num_threads)
         path = resolve_model_ref(path, "model.path")
-        self.path, self.name = path, name or Path(path).name
-        if trust_remote_code:
-            remote_compat.apply()  # transformers 4.x names that the families' remote code still takes
-        kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision, "trust_remote_code": trust_remote_code}
+        self.path, self.name, self.revision = path, name or Path(path).name, revision
+        self.torch_fallbacks = remote_load.install_fallbacks(torch_fallbacks)
+        kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
-        model = AUTO_CLASSES[auto_class].from_pretrained(path, **kwargs).eval().to(device)
+        model = remote_load.load_pretrained(AUTO_CLASSES[auto_class], path, trust_remote_code, **kwargs).eval()
+        self.buffer_check = remote_load.repair_buffers(model)  # before any forward: refuses what it cannot repair
+        model = model.to(device)
         self.module_attrs = set_module_attrs(model, dict(module_attrs or {}))
         tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
         self.attention, self.context, self.shifted_logits = attention, context, shifted_logits
@@ -296,7 +313,8 @@ class MaskedDiffusionAdapter:
         self.vocab_size = cfg.get_text_config().vocab_size
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else -1
-        self.eos_ids = set(eos_token_ids or default_eos_ids(model.generation_config, tokenizer))
+        path, revision = getattr(self, "path", None), getattr(self, "revision", None)
+        self.eos_ids = set(eos_token_ids or remote_load.eos_ids_of(model, tokenizer, path, revision))
 
     def encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, self.enable_thinking)
@@ -315,6 +333,10 @@ class MaskedDiffusionAdapter:
             "module_attrs": getattr(self, "module_attrs", {}),
             "ar_seeded": self.ar_seeded,
             "forward_kwargs": self.forward_kwargs,
+            "buffers_checked": self.buffer_check.checked,
+            "buffers_repaired": self.buffer_check.repaired,
+            "remote_compat": remote_compat.fitted(self.model),
+            "torch_fallbacks": self.torch_fallbacks,
             "position_ids": self.takes_positions,
             "mask_token_id": self.mask_id,
             "block_length": self.block_length,
@@ -346,15 +368,20 @@ class MaskedDiffusionAdapter:
             return self._recompute(queries, block_length)
         return self._cached(cache, queries, block_length)
 
-    def _call(self, ids, qpos, mask, keep: int, **kwargs) -> torch.Tensor:
+    def _call(self, ids, qpos, mask, keep: int, keys=None, **kwargs) -> torch.Tensor:
         """Logits of (at least) the last `keep` columns: exactly those when the model can trim its LM head. The mask
-        is expanded to the batch (a view: remote code may check its first dimension)."""
+        is expanded to the batch (a view: remote code may check its first dimension). `mask_form=padding` passes the
+        rows' valid keys `keys` (1 = seen) instead: a query whose own key is hidden (past the request's length) then
+        sees the valid keys only, where the 4D forms also show it itself."""
         if self.keep_arg:
             kwargs[self.keep_arg] = keep
         if self.takes_positions:
             kwargs["position_ids"] = qpos
-        mask = additive(mask, self.dtype) if self.mask_form == "additive" else mask
-        mask = mask.expand(ids.shape[0], -1, -1, -1)
+        if self.mask_form == "padding":
+            mask = keys.long().expand(ids.shape[0], -1)
+        else:
+            mask = additive(mask, self.dtype) if self.mask_form == "additive" else mask
+            mask = mask.expand(ids.shape[0], -1, -1, -1)
         logits = self.model(input_ids=ids, attention_mask=mask, **kwargs, **self.forward_kwargs).logits
         return logits[:, -keep:]
 
@@ -367,12 +394,13 @@ class MaskedDiffusionAdapter:
         ends = [min(len(s), q.valid_end) for s, q in zip(seqs, queries, strict=True)]
         m = _mask_rows(ends)  # every row's positions are 0 .. w - 1: rows of one end share one mask row
         ends = torch.tensor(ends[:m], device=dev)
-        mask = block_mask(pos[:m], pos[:m], pos[:m] < ends[:, None], block, self.attention == "block_causal")
+        keys = pos[:m] < ends[:, None]
+        mask = block_mask(pos[:m], pos[:m], keys, block, self.attention == "block_causal")
         shift = int(self.shifted_logits)
         at = torch.tensor([q.start for q in queries], device=dev)[:, None] + torch.arange(block, device=dev) - shift
         at = at.clamp(min=0)
         keep = w - int(at.min())
-        logits = self._call(ids, pos, mask, keep, use_cache=False)
+        logits = self._call(ids, pos, mask, keep, keys, use_cache=False)
         return logits.gather(1, (at - (w - keep))[..., None].expand(-1, -1, logits.shape[-1]))
 
     def _cached(self, cache: RowCache, queries: list[BlockQuery], block: int) -> torch.Tensor:

@@ -294,6 +294,7 @@ def check_family(model: DictConfig, sampler: DictConfig) -> None:
     check_masked_model(
         attention, context, bool(model.get("shifted_logits")), model.get("block_length"),
         str(model.get("mask_form", "additive")), model.get("forward_kwargs"), layout, model.get("module_attrs"),
+        model.get("requires"), model.get("torch_fallbacks"),
     )  # fmt: skip
     found = _checkpoint_fields(model)
     mask_id = model.get("mask_token_id", None)
