@@ -35,6 +35,7 @@ from harness.runner.configs import (
     model_kind,
     register_configs,
 )
+from harness.runner.device_check import check_device
 from harness.runner.evaluate import checked_items, run_items
 from harness.runner.identity import decoder_identity, loaded_commit, model_identity
 from harness.runner.store import ResultStore, scan_run
@@ -66,7 +67,7 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
 
     from contract.paths import resolve_model_ref
     from contract.text import encode_prompt
-    from models import memory
+    from models import masked_memory, memory
 
     kind, remote = model_kind(cfg.model), bool(cfg.model.get("trust_remote_code"))
     path, revision = resolve_model_ref(str(cfg.model.path), "model.path"), cfg.model.get("revision")
@@ -82,9 +83,9 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
         canvas = sampler.block_length or cfg.model.get("block_length")
         canvas = canvas or getattr(config, "block_length", None) or getattr(config, "block_size", None)
         auto_class = str(cfg.model.get("auto_class", "causal_lm"))
-        kwargs.update(peak=memory.estimate_masked_peak, context=str(cfg.model.get("context", "recompute")))
+        kwargs.update(peak=masked_memory.estimate_masked_peak, context=str(cfg.model.get("context", "recompute")))
         kwargs.update(sampled=sampler.temperature > 0, parameters=memory.count_parameters(config, auto_class, remote))
-        kwargs.update(trims_logits=memory.trims_lm_head(config, auto_class, remote))
+        kwargs.update(trims_logits=masked_memory.trims_lm_head(config, auto_class, remote))
     elif kind == DecoderKind.DIFFUSION:
         canvas = sampler.canvas_length or config.canvas_length
     elif kind in (DecoderKind.AR_MTP, DecoderKind.AR_DRAFT):
@@ -152,6 +153,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     sampler = instantiate(cfg.sampler)
     check_decoder(cfg, sampler)  # decoder=diffusers: diffusers' schedulers, a DiffusionGemma model
     ev = instantiate(cfg.eval)
+    check_device(cfg.model)  # model.device=cuda without CUDA: before any download
     check_model_path(cfg.model)  # also: a gated hub model without a token fails here
     check_family(cfg.model, cfg.sampler)  # masked samplers with masked models, a mask id, block lengths
     check_eval_hub_access(ev)

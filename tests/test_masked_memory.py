@@ -1,5 +1,5 @@
-"""The masked family's memory estimate (`models.memory.estimate_masked_peak`, `batch_size=auto`) against the masked
-engine's measured peak on a real small model whose logits dominate (CPU, `LiveBytes` from tests/test_memory.py)."""
+"""The masked family's memory estimate (`models.masked_memory`, `batch_size=auto`) against the masked engine's measured
+peak on a real small model whose logits dominate (CPU, `LiveBytes` from tests/test_memory.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from contract.records import GenerationRequest
 from harness.engine.masked import MaskedDiffusionDecoder
 from models.masked_diffusion import MaskedDiffusionAdapter
-from models.memory import count_parameters, estimate_masked_peak, row_cache_slots, trims_lm_head
+from models.masked_memory import estimate_masked_peak, row_cache_slots, trims_lm_head
+from models.memory import count_parameters
 from models.tiny import MASK, char_tokenizer
 from samplers.masked import BlockRefinementConfig
 from tests.test_memory import LiveBytes
