@@ -5,6 +5,7 @@ dec = api.load_decoder("outputs/tiny/diffusion", sampler="entropy_bound", entrop
 results = api.generate(dec, ["Hello", [{"role": "user", "content": "Why is the sky blue?"}]], max_new_tokens=64)
 results[0].text, results[0].tpf, results[0].steps_per_canvas
 
+dec = api.load_decoder("outputs/tiny/masked", kind="masked", model_kwargs={"context": "cache"})  # masked family
 dec = api.decoder_from_config(["model=sudoku6_diffusion", "sampler=confidence_topk"])  # same as the CLI
 api.generate(dec, prompts, on_visible=api.VisibleText(dec.tokenizer, echo=True))  # with sampler.stream_after_stable
 """
@@ -21,24 +22,43 @@ from contract.text import Prompt, sample_seed
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
+# kind -> (the class that loads a checkpoint of it, its default sampler; None: a decoder that takes no sampler)
+LOADERS = {
+    DecoderKind.DIFFUSION: ("models.diffusion_gemma.DiffusionGemmaAdapter", "entropy_bound"),
+    DecoderKind.MASKED: ("models.masked_diffusion.MaskedDiffusionAdapter", "block_refinement"),
+    DecoderKind.AR: ("models.ar.ARDecoder", None),
+    DecoderKind.AR_DRAFT: ("models.ar.AssistedARDecoder", None),  # model_kwargs: draft_path
+    DecoderKind.AR_MTP: ("models.ar.AssistedARDecoder", None),
+    DecoderKind.AR_SAME_WEIGHTS: ("models.diffusion_gemma_ar.DiffusionGemmaARDecoder", None),
+}
+
+
 def load_decoder(
-    path: str, sampler: str = "entropy_bound", kind: str = "diffusion", model_kwargs: dict | None = None, **knobs
+    path: str, sampler: str | None = None, kind: str = "diffusion", model_kwargs: dict | None = None, **knobs
 ):
-    """A decoder for a checkpoint (local folder or hub id). `knobs` are sampler fields (see samplers.config)."""
+    """A decoder for a checkpoint (local folder or hub id) of any family: `kind` is a `DecoderKind` value
+    (diffusion, masked, ar, ar+draft, ar+mtp, ar-same-weights). `sampler` (default: the family's) and its `knobs`
+    (see samplers.config, samplers.masked) are checked before the weights load; AR decoders take none.
+    `model_kwargs` go to the loading class (e.g. masked: `context="cache"`, `attention="bidirectional"`)."""
+    from hydra.utils import get_class
+
     from harness.engine.decoders import decoder_for
     from harness.runner.configs import SAMPLERS
 
-    if kind == "diffusion":
-        from models.diffusion_gemma import DiffusionGemmaAdapter
-
-        if sampler not in SAMPLERS:
-            raise ValueError(f"sampler: unknown {sampler!r}; choose one of {sorted(SAMPLERS)}")
-        return decoder_for(DiffusionGemmaAdapter(path, **(model_kwargs or {})), SAMPLERS[sampler](**knobs))
-    if kind == "ar":
-        from models.ar import ARDecoder
-
-        return ARDecoder(path, **(model_kwargs or {}))
-    raise ValueError(f"kind: must be 'diffusion' or 'ar', got {kind!r}")
+    if kind not in {k.value for k in LOADERS}:
+        raise ValueError(f"kind: must be one of {sorted(k.value for k in LOADERS)}, got {kind!r}")
+    target, default = LOADERS[DecoderKind(kind)]
+    if default is None:
+        if sampler is not None or knobs:
+            raise ValueError(f"sampler: a {kind} decoder takes no sampler, got {sampler or sorted(knobs)}")
+        return get_class(target)(path, **(model_kwargs or {}))
+    sampler = sampler or default
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler: unknown {sampler!r}; choose one of {sorted(SAMPLERS)}")
+    cfg = SAMPLERS[sampler](**knobs)  # validated here: a bad knob fails before the weights load
+    if (getattr(cfg, "family", None) == "masked") != (kind == DecoderKind.MASKED):
+        raise ValueError(f"sampler: {sampler} is not a sampler of the {kind} family (its default: {default})")
+    return decoder_for(get_class(target)(path, **(model_kwargs or {})), cfg)
 
 
 def decoder_from_config(overrides: list[str] | None = None):
@@ -47,13 +67,14 @@ def decoder_from_config(overrides: list[str] | None = None):
     from hydra.utils import instantiate
 
     from harness.engine.decoders import decoder_for
-    from harness.runner.configs import check_model_path, register_configs
+    from harness.runner.configs import check_family, check_model_path, register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides or []))
     sampler = instantiate(cfg.sampler)
     check_model_path(cfg.model)
+    check_family(cfg.model, cfg.sampler)  # as the CLI: a sampler of another family fails before loading
     return decoder_for(instantiate(cfg.model), sampler)
 
 

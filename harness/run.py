@@ -35,6 +35,7 @@ from harness.runner.configs import (
     model_kind,
     register_configs,
 )
+from harness.runner.device_check import check_device
 from harness.runner.evaluate import checked_items, run_items
 from harness.runner.identity import decoder_identity, loaded_commit, model_identity
 from harness.runner.store import ResultStore, scan_run
@@ -50,19 +51,14 @@ LM_EVAL_PROMPT_TOKENS = 2048
 def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     """The batch size to decode with, checked against a memory estimate before any weights load.
 
-    For block-diffusion and plain AR models the peak (weights, KV cache for the longest prompt + max_new_tokens, the
-    logits workspace, activations; `models.memory`) is compared with the device's free memory: a batch
-    that cannot fit fails here naming `batch_size`; `batch_size=auto` picks the largest that fits (at
-    most the number of items). AR + draft / MTP decoders are estimated as their target verifying k + 1 positions
-    per row (the drafter's own weights and cache are not in the estimate: a drafter is small next to it)."""
+    For every family the peak (weights, KV cache for the longest prompt + max_new_tokens, the logits workspace,
+    activations; `models.memory`) is compared with the device's free memory: a batch that cannot fit fails here
+    naming `batch_size`; `batch_size=auto` picks the largest that fits (at most the number of items). AR + draft /
+    MTP decoders are estimated as their target verifying k + 1 positions per row (the drafter's own weights and
+    cache are not in the estimate: a drafter is small next to it); masked models by `estimate_masked_peak`."""
     bs = cfg.batch_size
     if bs != "auto" and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 1):
         raise ValueError(f"batch_size: must be an integer >= 1 or 'auto', got {bs!r}")
-    kind = model_kind(cfg.model)
-    if kind == DecoderKind.MASKED:  # no memory estimate for the masked family yet: the batch is taken as given
-        if bs == "auto":
-            raise ValueError("batch_size=auto: no memory estimate for masked models yet; give an integer")
-        return bs
     if cfg.model.get("device_map"):
         if bs == "auto":
             raise ValueError("batch_size=auto needs a model on one device (the memory estimate); drop model.device_map")
@@ -71,33 +67,44 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
 
     from contract.paths import resolve_model_ref
     from contract.text import encode_prompt
-    from models import memory
+    from models import masked_memory, memory
 
-    path = resolve_model_ref(str(cfg.model.path), "model.path")
-    config = memory.load_config(path, cfg.model.get("revision"), bool(cfg.model.get("trust_remote_code", False)))
+    kind, remote = model_kind(cfg.model), bool(cfg.model.get("trust_remote_code"))
+    path, revision = resolve_model_ref(str(cfg.model.path), "model.path"), cfg.model.get("revision")
+    config = memory.load_config(path, revision=revision, trust_remote_code=remote)
     if items is not None:
-        tok = AutoTokenizer.from_pretrained(path, revision=cfg.model.get("revision"))
+        tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=remote)
         prompt = max(len(encode_prompt(tok, it.prompt, cfg.model.get("enable_thinking"))) for it in items)
     else:
         prompt = LM_EVAL_PROMPT_TOKENS
+    kwargs = {"prompt_tokens": prompt, "attn_implementation": cfg.model.get("attn_implementation") or "sdpa"}
     # an AR step is one token per row (a verify step k + 1): the same estimate with that canvas (logits B x C x V)
-    if kind == DecoderKind.DIFFUSION:
+    if kind == DecoderKind.MASKED:  # a block of L per step; its blocks are aligned at position 0
+        canvas = sampler.block_length or cfg.model.get("block_length")
+        canvas = canvas or getattr(config, "block_length", None) or getattr(config, "block_size", None)
+        auto_class = str(cfg.model.get("auto_class", "causal_lm"))
+        kwargs.update(peak=masked_memory.estimate_masked_peak, context=str(cfg.model.get("context", "recompute")))
+        kwargs.update(sampled=sampler.temperature > 0, parameters=memory.count_parameters(config, auto_class, remote))
+        kwargs.update(trims_logits=masked_memory.trims_lm_head(config, auto_class, remote))
+    elif kind == DecoderKind.DIFFUSION:
         canvas = sampler.canvas_length or config.canvas_length
     elif kind in (DecoderKind.AR_MTP, DecoderKind.AR_DRAFT):
         canvas = int(cfg.model.get("num_draft_tokens", 4)) + 1
     else:
         canvas = 1
-    context = prompt + -(-ev.max_new_tokens // canvas) * canvas
+    if kind == DecoderKind.MASKED:
+        context = -(-(prompt + ev.max_new_tokens) // canvas) * canvas
+    else:
+        context = prompt + -(-ev.max_new_tokens // canvas) * canvas
     limit = getattr(config.get_text_config(), "max_position_embeddings", None)
     if limit and context > limit:
         raise ValueError(
             f"eval.max_new_tokens / sampler.canvas_length: the longest prompt ({prompt} tokens) plus "
-            f"{-(-ev.max_new_tokens // canvas)} canvases of {canvas} needs {context} positions, beyond the model's "
+            f"{ev.max_new_tokens} new tokens in canvases of {canvas} needs {context} positions, beyond the model's "
             f"{limit} (max_position_embeddings)"
         )
     dtype_bytes = memory.dtype_bytes_of(str(cfg.model.get("dtype", "auto")), config)
     free = memory.free_memory_bytes(str(cfg.model.get("device", "cpu")))
-    kwargs = {"prompt_tokens": prompt, "attn_implementation": cfg.model.get("attn_implementation") or "sdpa"}
     if kind == DecoderKind.DIFFUSION and cfg.model.get("compile") == "step":
         kwargs.update(whole_step=True, logits_factor=3.0)  # a bucket of rows; draw_whole's temporaries
     max_batch = len(items) if items else 1024
@@ -146,6 +153,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     sampler = instantiate(cfg.sampler)
     check_decoder(cfg, sampler)  # decoder=diffusers: diffusers' schedulers, a DiffusionGemma model
     ev = instantiate(cfg.eval)
+    check_device(cfg.model)  # model.device=cuda without CUDA: before any download
     check_model_path(cfg.model)  # also: a gated hub model without a token fails here
     check_family(cfg.model, cfg.sampler)  # masked samplers with masked models, a mask id, block lengths
     check_eval_hub_access(ev)

@@ -56,114 +56,11 @@ from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, encode_prompt
 from models import remote_compat, remote_load
+from models.masked_checks import DecodeLayout, check_masked_model
 from models.row_cache import RowCache
-from samplers.masked import CONFIDENCES, SCHEDULES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
-ATTENTIONS = ("block_causal", "bidirectional", "prefix_causal")
-CONTEXTS = ("recompute", "cache", "prefix_cache")
-MASK_FORMS = ("additive", "bool", "padding")
-CANVASES = ("block", "answer")
-BLOCK_ORIGINS = ("absolute", "prompt")
-ANSWER_BLOCK = "answer"  # model.block_length: the whole answer is one block (Dream)
-# the adapter's own forward arguments: `forward_kwargs` may not set them
-OWN_KWARGS = {"input_ids", "attention_mask", "position_ids", "past_key_values", "use_cache"}
-OWN_KWARGS |= {"logits_to_keep", "num_logits_to_keep"}
 AUTO_CLASSES = {"causal_lm": AutoModelForCausalLM, "model": AutoModel}
-
-
-def check_masked_model(
-    attention: str,
-    context: str,
-    shifted_logits: bool,
-    block_length: int | str | None = None,
-    mask_form: str = "additive",
-    forward_kwargs: Any = None,
-    layout: DecodeLayout | None = None,
-    module_attrs: Any = None,
-    requires: Any = None,
-    torch_fallbacks: Any = None,
-) -> None:
-    """The adapter's own knobs and the packages the model's code needs; run before loading (harness.runner.configs)
-    and again by the adapter. Reads no files."""
-    layout = layout or DecodeLayout()
-    if module_attrs is not None and (
-        not hasattr(module_attrs, "items")
-        or not all(isinstance(k, str) and isinstance(v, bool | int | float | str) for k, v in module_attrs.items())
-    ):
-        raise ValueError(f"model.module_attrs: must map attribute names to scalars, got {module_attrs!r}")
-    if mask_form not in MASK_FORMS:
-        raise ValueError(f"model.mask_form: must be one of {MASK_FORMS}, got {mask_form!r}")
-    if mask_form == "padding" and (attention, context) != ("bidirectional", "recompute"):
-        raise ValueError(
-            f"model.mask_form=padding: a 2D key mask says only which keys a row has, so it needs "
-            f"attention=bidirectional and context=recompute (got {attention}, {context}): a block-causal or cached "
-            "step needs a 4D mask (additive or bool)"
-        )
-    if forward_kwargs is not None:
-        if not hasattr(forward_kwargs, "keys") or not all(isinstance(k, str) for k in forward_kwargs):
-            raise ValueError(f"model.forward_kwargs: must be a mapping of argument names, got {forward_kwargs!r}")
-        if clash := sorted(OWN_KWARGS & set(forward_kwargs)):
-            raise ValueError(f"model.forward_kwargs: {clash} are the adapter's own arguments")
-    if attention not in ATTENTIONS:
-        raise ValueError(f"model.attention: must be one of {ATTENTIONS}, got {attention!r}")
-    if context not in CONTEXTS:
-        raise ValueError(f"model.context: must be one of {CONTEXTS}, got {context!r}")
-    if attention == "prefix_causal" and context != "cache":
-        raise ValueError(
-            f"model.context={context}: attention=prefix_causal runs on context=cache only (its context is encoded "
-            "causally once, as Nemotron-Labs-Diffusion's own generate keeps it in its KV cache)"
-        )
-    if context == "cache" and attention not in ("block_causal", "prefix_causal"):
-        raise ValueError(
-            "model.context=cache is exact only for block-causal models; a bidirectional model's prefix K/V change "
-            "with every later token: use context=recompute, or context=prefix_cache (approximate, Fast-dLLM)"
-        )
-    if context == "prefix_cache" and attention != "bidirectional":
-        raise ValueError("model.context=prefix_cache is the approximation for bidirectional models; use context=cache")
-    if shifted_logits and context != "recompute":
-        raise ValueError("model.shifted_logits: only with model.context=recompute (the cached paths run no prefix)")
-    layout.check(attention, context)
-    if block_length == ANSWER_BLOCK:
-        if layout.block_origin != "prompt":
-            raise ValueError(
-                "model.block_length=answer (one block from the prompt's end) needs model.block_origin=prompt"
-            )
-    elif block_length is not None and (not isinstance(block_length, int) or block_length < 1):
-        raise ValueError(f"model.block_length: must be null, 'answer' or an integer >= 1, got {block_length!r}")
-    remote_load.check_requirements(requires, torch_fallbacks)
-
-
-@dataclass(frozen=True)
-class DecodeLayout:
-    """How the family's own generation lays out and fills the answer (module docstring); defaults: LLaDA2Pipeline."""
-
-    canvas: str = "block"
-    block_origin: str = "absolute"
-    schedule: str = "even"
-    confidence: str = "prob"
-
-    def check(self, attention: str, context: str) -> None:
-        for key, allowed in (("canvas", CANVASES), ("block_origin", BLOCK_ORIGINS), ("schedule", SCHEDULES)):
-            if getattr(self, key) not in allowed:
-                raise ValueError(f"model.{key}: must be one of {allowed}, got {getattr(self, key)!r}")
-        if self.confidence not in CONFIDENCES:
-            raise ValueError(f"model.confidence: must be one of {CONFIDENCES}, got {self.confidence!r}")
-        if self.canvas == "answer" and (attention != "bidirectional" or context != "recompute"):
-            raise ValueError(
-                "model.canvas=answer: the later blocks' masks are seen only by a bidirectional model recomputing "
-                f"the whole canvas (model.attention=bidirectional, model.context=recompute), got {attention}, {context}"
-            )
-        if self.block_origin == "prompt" and attention == "block_causal":
-            raise ValueError(
-                "model.block_origin=prompt: a block-causal model attends in blocks aligned at position 0; "
-                "use block_origin=absolute"
-            )
-        if attention == "prefix_causal" and self.block_origin != "prompt":
-            raise ValueError(
-                "model.block_origin: attention=prefix_causal opens each block at the end of what came before "
-                "(Nemotron-Labs-Diffusion's own generate): use block_origin=prompt"
-            )
 
 
 def set_module_attrs(model: torch.nn.Module, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -20,10 +20,9 @@ What the estimate covers, for the continuous-batching engine in `harness/engine/
 The peak is the largest of three phases: a denoising step at the full context, the prefill of the longest
 prompt (its MoE rows dominate for long prompts and large batches), and a commit (which copies K/V rows).
 Not covered: the CUDA context (already outside `mem_get_info`'s free figure), allocator fragmentation and
-workspaces (the `headroom` factor leaves 10% for those), `experts_implementation="batched_mm"` (which
-gathers one weight matrix per token-expert pair and needs far more), and multi-GPU `device_map` sharding.
-
-torch and transformers are imported lazily, inside the functions that need them.
+workspaces (the `headroom` factor leaves 10% for those), `experts_implementation="batched_mm"` (which gathers one
+weight matrix per token-expert pair and needs far more), multi-GPU `device_map` sharding. torch and transformers
+are imported lazily, inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -104,28 +103,27 @@ def dtype_bytes_of(dtype: str, config=None) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def count_parameters(config) -> int:
-    """Parameters of the model `config` describes, tied weights counted once (built on `meta`: no memory).
-
-    DiffusionGemma configs build `DiffusionGemmaForBlockDiffusion` (its encoder and decoder share all text
-    weights and the LM head is the embedding); other configs build `AutoModelForCausalLM.from_config`.
-    """
+def _build_on_meta(config, auto_class: str = "causal_lm", trust_remote_code: bool = False):
+    """The model `config` describes, built on `meta` (no memory): DiffusionGemma's class, else the auto class
+    (`AutoModel` for `auto_class="model"` or remote code that maps only its base class, Nemotron-Labs-Diffusion)."""
     import torch
 
-    auto_map = getattr(config, "auto_map", None) or {}
     with torch.device("meta"):
         if getattr(config, "model_type", None) == "diffusion_gemma":
             from transformers import DiffusionGemmaForBlockDiffusion
 
-            model = DiffusionGemmaForBlockDiffusion(config)
-        elif "AutoModel" in auto_map and "AutoModelForCausalLM" not in auto_map:
-            from transformers import AutoModel  # remote code mapping its base class only (Nemotron-Labs-Diffusion)
+            return DiffusionGemmaForBlockDiffusion(config)
+        from transformers import AutoModel, AutoModelForCausalLM
 
-            model = AutoModel.from_config(config, trust_remote_code=True)  # its config loaded as trusted already
-        else:
-            from transformers import AutoModelForCausalLM
+        base_only = "AutoModel" in (m := getattr(config, "auto_map", None) or {}) and "AutoModelForCausalLM" not in m
+        auto = AutoModel if auto_class == "model" or base_only else AutoModelForCausalLM
+        return auto.from_config(config, trust_remote_code=trust_remote_code)
 
-            model = AutoModelForCausalLM.from_config(config)
+
+def count_parameters(config, auto_class: str = "causal_lm", trust_remote_code: bool = False) -> int:
+    """Parameters of the model `config` describes, tied weights counted once (`_build_on_meta`: no memory).
+    DiffusionGemma's encoder and decoder share all text weights and its LM head is the embedding."""
+    model = _build_on_meta(config, auto_class, trust_remote_code)
     # `parameters()` yields each Parameter object once, so tied weights (the same object) count once.
     return sum(p.numel() for p in model.parameters())
 
@@ -255,7 +253,8 @@ def forward_activation_bytes(
     stream = n * h * (6 * dtype_bytes + 3 * 4) + rotary + 2 * b * q * full_keys * mask_bytes
     mlp = 4 * n * tc.intermediate_size * dtype_bytes
     moe = 0
-    experts, top_k = getattr(tc, "num_experts", None) or 0, getattr(tc, "top_k_experts", None) or 0
+    experts = getattr(tc, "num_experts", None) or 0
+    top_k = getattr(tc, "top_k_experts", None) or getattr(tc, "num_experts_per_tok", None) or 0  # Gemma | LLaDA 2.x
     if experts and top_k:
         s = n * top_k
         moe = s * max(h * (2 * dtype_bytes + 8), (h + 4 * tc.moe_intermediate_size) * dtype_bytes)
@@ -372,11 +371,12 @@ def free_memory_bytes(device: str) -> int:
 
 
 def _estimator(config, context_tokens, canvas_length, dtype_bytes, estimate_kwargs):
+    """b -> the estimate at batch b: `estimate_kwargs["peak"]` (default `estimate_decode_peak`; the masked family's
+    `models.masked_memory.estimate_masked_peak`, canvas = its block) with the parameters counted once."""
+    peak = estimate_kwargs.pop("peak", estimate_decode_peak)
     params = estimate_kwargs.pop("parameters", None)
     params = count_parameters(config) if params is None else params
-    return lambda b: estimate_decode_peak(
-        config, b, context_tokens, canvas_length, dtype_bytes, parameters=params, **estimate_kwargs
-    )
+    return lambda b: peak(config, b, context_tokens, canvas_length, dtype_bytes, parameters=params, **estimate_kwargs)
 
 
 def _largest(estimate, budget: float, max_batch: int) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,14 +26,10 @@ import torch
 
 from contract.text import default_eos_ids
 from models import flash_attn_torch, remote_compat
+from models.masked_checks import FALLBACK_NAMES, check_requirements  # noqa: F401  (check_requirements: re-exported)
 
-# what to run where a package a model's code imports is missing
-INSTALL = {
-    "einops": "pip install -r requirements.txt (einops==0.8.2)",
-    "flash_attn": "pip install flash-attn --no-build-isolation (a CUDA machine; it compiles against the installed "
-    "torch and takes a while)",
-}
 FALLBACKS = {"flash_attn": flash_attn_torch}  # package -> its pure-torch stand-in (module with `install()`)
+assert set(FALLBACKS) == set(FALLBACK_NAMES)  # the torch-free checks name the same stand-ins
 
 
 class RefusedModel(ValueError):
@@ -47,36 +42,6 @@ class BufferCheck:
 
     checked: int
     repaired: dict[str, str] = field(default_factory=dict)
-
-
-def check_requirements(requires: Any, torch_fallbacks: Any) -> None:
-    """`model.requires`: packages the model's code imports, each installed or covered by `model.torch_fallbacks`.
-    Reads no files and imports nothing (a find_spec per package)."""
-    for key, value in (("model.requires", requires), ("model.torch_fallbacks", torch_fallbacks)):
-        if value is not None and (isinstance(value, str) or not all(isinstance(v, str) for v in value)):
-            raise ValueError(f"{key}: must be a list of package names, got {value!r}")
-    fallbacks = list(torch_fallbacks or [])
-    if unknown := sorted(set(fallbacks) - set(FALLBACKS)):
-        raise ValueError(
-            f"model.torch_fallbacks: no pure-torch stand-in for {unknown} (there is one for {sorted(FALLBACKS)})"
-        )
-    for name in requires or []:
-        if name in fallbacks or _installed(name):
-            continue
-        hint = (
-            f"; on a machine without it, model.torch_fallbacks=[{name}] (docs/masked.md)" if name in FALLBACKS else ""
-        )
-        raise ValueError(
-            f"model.requires: the model's code imports {name}, which is not installed: "
-            f"{INSTALL.get(name, f'pip install {name}')}{hint}"
-        )
-
-
-def _installed(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ValueError:  # a module put in sys.modules without a spec
-        return False
 
 
 def install_fallbacks(torch_fallbacks: list[str] | None) -> list[str]:

@@ -34,3 +34,50 @@ def test_same_loader_takes_a_hub_id_offline():
     """A hub id goes through from_pretrained too; offline and uncached it fails with the hub's own error."""
     with pytest.raises(OSError):
         api.load_decoder("google/diffusiongemma-26B-A4B-it")
+
+
+@pytest.fixture(scope="module")
+def masked_dir(tmp_path_factory):
+    from models.tiny import build_masked
+
+    return build_masked(tmp_path_factory.mktemp("api_masked"), block_length=8)
+
+
+def test_load_decoder_decodes_a_masked_model_as_the_cli_does(masked_dir):
+    """kind="masked" with the family's default sampler decodes exactly as `model=tiny_masked` composed by the CLI
+    (no sampler named there either: the model config carries it)."""
+    prompts = ["hello", [{"role": "user", "content": "hi"}]]
+    dec = api.load_decoder(str(masked_dir), kind="masked", model_kwargs={"context": "cache", "eos_token_ids": [1]})
+    assert dec.label == "masked" and dec.sampler.name == "block_refinement"
+    res = api.generate(dec, prompts, max_new_tokens=16)
+    assert all(r.nfe > 0 and r.num_tokens > 0 for r in res)
+    cli = api.decoder_from_config(["model=tiny_masked", f"model.path={masked_dir}", "+model.eos_token_ids=[1]"])
+    assert [r.token_ids for r in api.generate(cli, prompts, max_new_tokens=16)] == [r.token_ids for r in res]
+    sampled = api.load_decoder(str(masked_dir), "low_confidence", kind="masked", temperature=1.0, steps_per_block=8)
+    assert api.generate(sampled, ["hello"], max_new_tokens=16)[0].steps_per_canvas[-2:] == [8, 8]  # one per step
+
+
+def test_load_decoder_builds_the_ar_families(tmp_path):
+    from models.tiny import build_ar
+
+    target, draft = build_ar(tmp_path / "ar"), build_ar(tmp_path / "draft", seed=1)
+    kw = {"dtype": "float32", "device": "cpu"}
+    ar = api.load_decoder(str(target), kind="ar", model_kwargs=kw)
+    assisted = api.load_decoder(str(target), kind="ar+draft", model_kwargs={**kw, "draft_path": str(draft)})
+    assert (ar.label, assisted.label) == ("ar", "ar+draft")
+    assert api.generate(ar, ["hello"], max_new_tokens=4)[0].num_tokens > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"kind": "masked", "sampler": "entropy_bound"}, "not a sampler of the masked family"),
+        ({"kind": "diffusion", "sampler": "remdm"}, "not a sampler of the diffusion family"),
+        ({"kind": "ar", "sampler": "entropy_bound"}, "takes no sampler"),
+        ({"kind": "masked", "threshold": 2.0}, "sampler.threshold"),
+        ({"kind": "unicorn"}, "kind: must be one of"),
+    ],
+)
+def test_load_decoder_refuses_before_loading(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        api.load_decoder("does/not-matter", **kwargs)

@@ -81,6 +81,39 @@ def test_bad_config_fails_within_a_multiple_of_bare_python(override, key, tmp_pa
     assert min(ratios) <= MAX_RATIO, f"{override}: {min(ratios):.0f}x python -c pass ({base:.3f} s)"
 
 
+# Checks that need no download (issue 45): (overrides, what the error must name, extra environment)
+PRE_DOWNLOAD = [
+    (("model=llada2_mini", "eval=gpqa"), "model.device", {}),  # a 16B hub model on cuda, this machine has none
+    (("model=sudoku6_masked", "eval=sudoku6", "model.device=cuda"), "model.device", {}),
+    (("model=sudoku6_masked", "eval=gpqa"), "eval=gpqa", {"HF_HOME": "{tmp}"}),  # the gated set, not cached
+    (("model=sudoku6_masked", "eval=sudoku6", "model.context=nope"), "model.context", {}),  # masked knobs: no torch
+]
+
+
+@pytest.mark.parametrize("overrides,key,env", PRE_DOWNLOAD, ids=[c[1] + ":" + c[0][0] for c in PRE_DOWNLOAD])
+def test_pre_download_checks_fail_fast(overrides, key, env, tmp_path):
+    """Before any download or model load, without torch or transformers, within MAX_RATIO x `python -c pass` (about
+    a second here, against minutes of downloading a 16B model before the issue's fix)."""
+    from harness.runner.device_check import cuda_device_count, torch_cuda_build
+
+    if key == "model.device" and torch_cuda_build() and cuda_device_count():
+        pytest.skip("this machine has CUDA: a cuda model is not refused")
+    extra = {k: v.format(tmp=tmp_path) for k, v in env.items()}
+    cmd = [sys.executable, "-X", "importtime", "-m", "harness.run", *overrides, f"paths.output_dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=REPO, env={**app_env(), **extra}, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.splitlines()
+    message = "\n".join(line for line in lines if not line.startswith("import time:"))
+    assert proc.returncode != 0 and key in message, message[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    assert not sorted(m for m in imported if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    base, seconds = _bare_python_s(), []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        subprocess.run(cmd[:1] + cmd[3:], cwd=REPO, env={**app_env(), **extra}, capture_output=True, timeout=120)
+        seconds.append(time.perf_counter() - t0)
+    assert min(seconds) / base <= MAX_RATIO, f"{min(seconds):.1f} s = {min(seconds) / base:.0f}x python -c pass"
+
+
 def test_run_dir_kind_read_without_import_matches_the_class():
     """`model_kind` reads `kind` from the source so that composing never imports a model; for every shipped model
     config the source reading must give what the imported class says."""

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 
 from contract.records import GenerationRequest
 from harness.engine.masked import MaskedDiffusionDecoder
-from models.masked_diffusion import check_masked_model
+from models.masked_checks import check_masked_model
 from models.tiny import MASK, char_tokenizer
 from samplers.masked import FastDllmConfig, LowConfidenceConfig
 
@@ -131,6 +131,7 @@ def _shipped(path, **over):
     """The shipped yaml, run here: the stand-in's folder (its mask id, block and EOS: the checkpoint's), the CPU,
     float64 (no near-tie flips between paths)."""
     cfg = OmegaConf.load(YAML)
+    cfg.pop("defaults")  # the model's default sampler: Hydra's composition, not a constructor argument
     here = {"path": str(path), "device": "cpu", "dtype": "float64", "num_threads": 1}
     cfg.merge_with({**here, "mask_token_id": None, "block_length": None, "eos_token_ids": [1]})
     cfg.merge_with(over)

@@ -13,7 +13,8 @@ import time
 import pytest
 import torch
 
-from models.masked_diffusion import MaskedDiffusionAdapter, check_masked_model
+from models.masked_checks import check_masked_model
+from models.masked_diffusion import MaskedDiffusionAdapter
 from tests.helpers.remote_standins import MISSING_IMPORT, build_standin
 
 KW = {"dtype": "float32", "trust_remote_code": True, "num_threads": 1, "block_length": 4}

@@ -65,6 +65,7 @@ NUMERIC_COLUMNS = [
 ]
 # What `format_table` prints by default: identity, then the varying sampler knobs, then the headline numbers.
 TABLE_ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler"]
+TABLE_WIDTH = 160  # characters per printed block of columns
 TABLE_FIGURE_COLUMNS = [
     "quality",
     "tpf",
@@ -307,15 +308,27 @@ def varying_knobs(df: pd.DataFrame) -> list[str]:
     return [c for c in df if c.startswith(SAMPLER_PREFIX) and df[c].dropna().astype(str).nunique() > 1]
 
 
-def format_table(df: pd.DataFrame, columns: list[str] | None = None) -> str:
-    """A readable text table: identity, the varying sampler knobs, and the headline numbers."""
+def format_table(df: pd.DataFrame, columns: list[str] | None = None, width: int = TABLE_WIDTH) -> str:
+    """A readable text table: identity, the varying sampler knobs, and the headline numbers, in blocks of columns
+    at most `width` characters wide (a run's row number `#` starts every block), not one line of 600+."""
     if df.empty:
         return "(no finished runs)"
     if columns is None:  # each figure followed by its published value, where a report_* preset gave one
         figures = [x for c in TABLE_FIGURE_COLUMNS for x in (c, f"{REPORT_PREFIX}{c}")]
         columns = TABLE_ID_COLUMNS + varying_knobs(df) + figures + (["report"] if "report" in df else [])
-    cols = [c for c in columns if c in df]
-    return df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    view = df[[c for c in columns if c in df]].reset_index(drop=True)
+    view.insert(0, "#", range(len(view)))
+
+    def render(cols: list[str]) -> str:
+        return view[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+    blocks, block = [], ["#"]
+    for c in view.columns[1:]:
+        if len(block) > 1 and max(map(len, render([*block, c]).splitlines())) > width:
+            blocks.append(block)
+            block = ["#"]
+        block.append(c)
+    return "\n\n".join(render(b) for b in [*blocks, block])
 
 
 def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
@@ -332,7 +345,7 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
         print("\nQuality vs max denoising steps (the checkpoint's sampler otherwise; test-time scaling):")
         print(curve.drop(columns="run_name").to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if "reference_run" in table:
-        print("\nDominance over the checkpoint's default sampler (paired test on the same items):")
+        print("\nDominance over each model's default sampler (its family's; paired test on the same items):")
         print(describe(table))
     if families := format_families(table):
         print("\nDecoding families at equal size (best run per step budget; harness.analysis.families):")

@@ -174,6 +174,13 @@ def masked_default_knobs() -> dict[str, Any]:
     return {k: v for k, v in asdict(MaskedSamplerConfig()).items() if k == "name" or k not in NOT_KNOBS}
 
 
+def family_default_knobs(runs: pd.DataFrame) -> dict[str, Any]:
+    """The default sampler of one model's runs: the masked family's (`masked_default_knobs`) when they are masked
+    runs, else the uniform-state checkpoint's (`default_knobs`). The star of the figures marks the same run."""
+    masked = "label" in runs and len(runs) and (runs["label"] == "masked").all()
+    return masked_default_knobs() if masked else default_knobs()
+
+
 def _same(a: Any, b: Any) -> bool:
     if a is None or (isinstance(a, float) and np.isnan(a)):
         return b is None or (isinstance(b, float) and np.isnan(b))
@@ -209,12 +216,12 @@ def add_dominance(
     """In place (and returned): the `COLUMNS` for every run, judged against its (model, eval) group's reference.
 
     The reference is the run named `reference_run`, else the first run whose knobs equal `reference_knobs`
-    (default: the checkpoint's, `default_knobs()`). Groups without one get no verdict (NaN, False)."""
+    (default: the family's default sampler, `family_default_knobs`: the checkpoint's for uniform-state runs,
+    block refinement's for masked ones). Groups without one get no verdict (NaN, False)."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha: must be in (0, 1), got {alpha}")
     if correction not in ("holm", "none"):
         raise ValueError(f"correction: must be 'holm' or 'none', got {correction!r}")
-    knobs = dict(reference_knobs or default_knobs())
     if not 0 <= margin < 1:
         raise ValueError(f"margin: must be in [0, 1), got {margin}")
     table["dominates_default"] = False
@@ -239,6 +246,7 @@ def add_dominance(
         if reference_run is not None:
             refs = g.index[g["run_name"] == reference_run]
         else:
+            knobs = dict(reference_knobs or family_default_knobs(g))
             refs = [i for i in g.index if matches_knobs(table.loc[i], knobs)]
         if len(refs) == 0:
             continue
@@ -284,7 +292,7 @@ def add_dominance(
 def describe(table: pd.DataFrame) -> str:
     """The verdict in words, per (model, eval) with a reference: which settings dominate it with confidence."""
     if "reference_run" not in table or table["reference_run"].isna().all():
-        return "No run with the checkpoint's default sampler knobs here: no dominance verdict."
+        return "No run with its family's default sampler knobs here: no dominance verdict."
     lines = []
     for (model, ev), g in table[table["reference_run"].notna()].groupby(["model", "eval"], sort=True):
         ref = g[g["run_name"] == g["reference_run"].iloc[0]].iloc[0]

@@ -26,11 +26,11 @@ from typing import Any
 
 import pandas as pd
 
+from contract.paths import REPO_ROOT as REPO
 from harness.analysis.aggregate import collect
 from harness.analysis.dominance import add_dominance, describe
 from harness.analysis.fronts import hypervolume
 
-REPO = Path(__file__).resolve().parents[1]
 REF_POINT = (1.0, 0.0)  # (TPF, quality): AR speed, nothing solved
 
 
@@ -106,30 +106,53 @@ def report(fig: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def default_dirs(overrides: list[str]) -> dict[str, Path]:
+    """Where `make search` and `make sweep` write, as `python -m harness.run` composes them (so `paths.output_dir`
+    from conf/local/ or the overrides counts), and where the comparison goes: the search's and the grid's sweep dirs
+    and `<output_dir>/bench/search.json`."""
+    from hydra import compose, initialize_config_dir
+
+    from harness.runner.configs import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        search = compose("config", overrides=["experiment=sudoku_search", *overrides], return_hydra_config=True)
+        paths = [o for o in overrides if o.startswith("paths.")]  # where outputs live holds for the grid too
+        grid = compose("config", overrides=["experiment=sudoku_sweep", *paths], return_hydra_config=True)
+    return {
+        "search": Path(search.hydra.sweep.dir),
+        "grid": Path(grid.hydra.sweep.dir),
+        "out": Path(search.paths.output_dir) / "bench" / "search.json",
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m harness.analysis.search_vs_grid", description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-run", action="store_true", help="only compare what is on disk")
-    ap.add_argument("--search-dir", type=Path, default=REPO / "outputs/sweeps/sudoku_search")
-    ap.add_argument("--grid-dir", type=Path, default=REPO / "outputs/sweeps/sudoku_sweep")
-    ap.add_argument("--out", type=Path, default=REPO / "outputs/bench/search.json")
+    ap.add_argument("--search-dir", type=Path, help="default: experiment=sudoku_search's sweep dir")
+    ap.add_argument("--grid-dir", type=Path, help="default: experiment=sudoku_sweep's sweep dir (make sweep)")
+    ap.add_argument("--out", type=Path, help="default: <paths.output_dir>/bench/search.json")
     ap.add_argument("overrides", nargs="*", help="extra harness.run overrides for the search")
     args = ap.parse_args(argv)
+    dirs = default_dirs(args.overrides)
+    search_dir, grid_dir = args.search_dir or dirs["search"], args.grid_dir or dirs["grid"]
+    out = args.out or dirs["out"]
     wall = None
     if not args.skip_run:
         t0 = time.perf_counter()
         cmd = [sys.executable, "-m", "harness.run", "experiment=sudoku_search", *args.overrides]
-        if args.search_dir != REPO / "outputs/sweeps/sudoku_search":
-            cmd.append(f"hydra.sweep.dir={args.search_dir}")
+        if search_dir != dirs["search"]:
+            cmd.append(f"hydra.sweep.dir={search_dir}")
         subprocess.run(cmd, cwd=REPO, check=True)
         wall = time.perf_counter() - t0
-    fig = compare(args.search_dir, args.grid_dir)
+    fig = compare(search_dir, grid_dir)
     fig["search_wall_s"] = wall
     print("\n" + report(fig))
     if wall is not None:
         print(f"\nsearch wall time: {wall:.0f} s")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(fig, indent=2, default=str))
-    print(f"wrote {args.out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(fig, indent=2, default=str))
+    print(f"wrote {out}")
     return fig
 
 

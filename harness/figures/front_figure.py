@@ -25,6 +25,7 @@ from harness.figures.plot_points import (
     NOT_WORSE_COLOR,
     POINT_COLUMNS,
     SAMPLER_KINDS,
+    default_description,
     plot_points,
     series_colors,
     series_order,
@@ -173,8 +174,9 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
             ax.plot(f[x], f["quality"], drawstyle="steps-pre", zorder=1, label=f"front: {model}{aup}", **style)
         handles.append(Line2D([], [], label=f"front: {model}{aup}", **style))
     defaults = pts[pts["is_default"]]
-    if len(defaults):
-        handles.append(_proxy("*", "white", "default sampler (entropy bound b=0.1, 48 steps, T 0.8->0.4)", size=14))
+    if len(defaults):  # what the star marks, from the starred runs' own knobs (one line per family's default)
+        described = dict.fromkeys(default_description(r) for _, r in defaults.iterrows())
+        handles.append(_proxy("*", "white", f"default sampler ({'; '.join(described)})", size=14))
     several = defaults["model"].nunique() > 1
     for model, d in defaults.groupby("model", sort=True):
         r = d.iloc[0]

@@ -6,10 +6,10 @@ and the W&B charts all read the same columns, so they cannot disagree).
   `+remask` when `remask_ratio > 0`; `diffusers_*` for diffusers' pipeline, `decoder=diffusers`); baselines are
   their decoder kind (`ar`, `ar+mtp`, `ar+draft`). Figures give each family one colour and each decoder kind one
   marker shape.
-- `is_default`: the run decodes with the checkpoint's reference sampler (entropy bound b=0.1, 48 steps, T 0.8->0.4,
-  adaptive stop, no remask: the defaults of `samplers.config.EntropyBoundConfig`), as `harness.analysis.dominance`
-  decides
-  it: its `reference_run` where the table has one, else every decode knob at its default.
+- `is_default`: the run decodes with its family's default sampler, as `harness.analysis.dominance` decides it: its
+  `reference_run` where the table has one, else every decode knob at the default (uniform-state: the checkpoint's
+  entropy bound b=0.1, 48 steps, T 0.8->0.4; masked: block refinement at BlockRefinementScheduler's defaults);
+  `default_description` says which in legends.
 - `quality_lo` / `quality_hi`: the Wilson 95% interval of `quality` over `num_samples` samples. Quality is the
   mean of per-sample `correct` in [0, 1]. For 0/1 scores this is the exact Wilson interval; for graded scores
   (partial credit) it is used as is: a score in [0, 1] with mean p has variance at most p(1-p), so the interval
@@ -130,9 +130,58 @@ def point_label(row: pd.Series, knobs: list[str]) -> str:
         if _missing(v):
             continue
         parts.append(label_part(c[len(SAMPLER_PREFIX) :], v))
-    if row["label"] == MASKED:  # one family, several samplers: the sampler names the point
+    if row["label"] == MASKED:  # one family, several samplers: the sampler names the point, and a knob is shown
+        own = masked_sampler_defaults(str(row.get("sampler")))  # only where it differs from that sampler's default
+        parts = [
+            label_part(c[len(SAMPLER_PREFIX) :], row[c])
+            for c in knobs
+            if not _missing(row[c]) and not _same_value(row[c], own.get(c[len(SAMPLER_PREFIX) :], MISSING))
+        ]
         parts.insert(0, str(row.get("sampler")))
     return " ".join(parts)
+
+
+MISSING = object()
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) or float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
+def masked_sampler_defaults(name: str) -> dict[str, Any]:
+    """A masked sampler's own knob defaults (`samplers.masked`): `cap_at_block=True` is low_confidence's own, so
+    a label repeating it says nothing."""
+    from dataclasses import asdict
+
+    from samplers.masked import MASKED_SAMPLERS
+
+    return asdict(MASKED_SAMPLERS[name]()) if name in MASKED_SAMPLERS else {}
+
+
+def default_description(row: pd.Series | dict[str, Any]) -> str:
+    """What a starred (default) run decodes with, from its own knobs: `entropy bound b=0.1, 48 steps, T 0.8->0.4`
+    for the uniform-state checkpoint's sampler, `block refinement, threshold 0.95, 32 steps per block` for the
+    masked family's."""
+
+    def knob(k: str) -> Any:
+        return row.get(f"{SAMPLER_PREFIX}{k}")
+
+    name = str(row.get("sampler"))
+    if row.get("label") == MASKED:
+        parts = [name.replace("_", " ")]
+        if not _missing(knob("threshold")):
+            parts.append(f"threshold {knob('threshold'):g}")
+        parts.append(f"{int(knob('steps_per_block'))} steps per block")
+        if not _missing(knob("editing_threshold")):
+            parts.append(f"editing {knob('editing_threshold'):g}")
+        return ", ".join(parts)
+    if name == "entropy_bound":
+        steps, temps = int(knob("max_steps")), f"T {knob('t_max'):g}->{knob('t_min'):g}"
+        return f"entropy bound b={knob('entropy_bound'):g}, {steps} steps, {temps}"
+    return FAMILY_NAMES.get(name, name.replace("_", " "))
 
 
 def plot_points(table: pd.DataFrame) -> pd.DataFrame:

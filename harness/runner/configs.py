@@ -153,12 +153,14 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
-def check_hub_access(repo_id: str, repo_type: str, what: str) -> None:
+def check_hub_access(repo_id: str, repo_type: str, what: str) -> bool:
     """Fail before any loading when a gated (or private) hub repo would refuse us: no token, or a token
-    without the repo's terms accepted. Offline, or when the hub cannot be reached, nothing is checked
-    here (the loader then reads the local cache or reports the network error itself)."""
-    if hub_offline() or not HUB_ID.match(repo_id):
-        return
+    without the repo's terms accepted. Returns whether nothing could be checked: offline, or the hub cannot be
+    reached (the loader then reads the local cache or reports the network error itself)."""
+    if not HUB_ID.match(repo_id):
+        return False
+    if hub_offline():
+        return True
     from huggingface_hub import HfApi, get_token
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
@@ -176,7 +178,18 @@ def check_hub_access(repo_id: str, repo_type: str, what: str) -> None:
     except RepositoryNotFoundError:
         raise ValueError(f"{what}: {repo_id} does not exist or is private ({url}); {fix}") from None
     except Exception:  # no network, hub down: the loader reports it, or reads the cache
-        return
+        return True
+    return False
+
+
+def cached_hub_dataset(repo_id: str) -> bool:
+    """Whether this machine holds a copy of a hub data set: in the hub cache (`datasets--org--name`) or in the
+    `datasets` library's own cache (`org___name`), where an offline `load_dataset` finds it."""
+    from huggingface_hub import constants
+
+    hub = Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}"
+    own = Path(os.environ.get("HF_DATASETS_CACHE") or Path(constants.HF_HOME) / "datasets")
+    return hub.is_dir() or (own / repo_id.replace("/", "___")).is_dir()
 
 
 def check_thinking_switch(model: DictConfig) -> None:
@@ -195,9 +208,17 @@ def check_thinking_switch(model: DictConfig) -> None:
 
 
 def check_eval_hub_access(ev) -> None:
-    """The hub data sets an eval reads (`hub_datasets()`, none for local files): access checked up front."""
+    """The hub data sets an eval reads (`hub_datasets()`, none for local files): access checked up front, and a set
+    that can neither be downloaded (offline, or the hub out of reach) nor read from this machine's cache fails here,
+    naming the eval, not after the weights loaded (lm-eval reads GPQA only once the model runs)."""
     for repo in getattr(ev, "hub_datasets", list)():
-        check_hub_access(repo, "dataset", f"eval ({ev.name})")
+        what = f"eval={ev.name}"
+        if check_hub_access(repo, "dataset", what) and not cached_hub_dataset(repo):
+            why = "HF_HUB_OFFLINE=1 forbids downloading it" if hub_offline() else "the hub cannot be reached"
+            raise ValueError(
+                f"{what}: the hub data set {repo} is not in this machine's cache and {why}; run online once "
+                "(HF_TOKEN for a gated set), or point the eval at a local copy (docs/evals.md)"
+            )
 
 
 def check_model_path(model: DictConfig) -> None:
@@ -287,7 +308,7 @@ def check_family(model: DictConfig, sampler: DictConfig) -> None:
         raise ValueError(f"sampler={sampler.get('name')}: a masked sampler needs a masked model (model.kind=masked)")
     if kind != DecoderKind.MASKED:
         return
-    from models.masked_diffusion import DecodeLayout, check_masked_model
+    from models.masked_checks import DecodeLayout, check_masked_model
 
     attention, context = str(model.get("attention")), str(model.get("context"))
     layout = DecodeLayout(**{k: model[k] for k in ("canvas", "block_origin", "schedule", "confidence") if k in model})
