@@ -9,11 +9,13 @@
     retire  rows whose sequence ended (EOS, stop string, length) leave; their rows are refilled next step
     (pack: nothing; a step runs only the busy rows, whose cached K/V it reads by row)
 
-A row's blocks are LLaDA2Pipeline's: aligned at absolute position 0 (the prompt included), `ceil((prompt +
-max_new_tokens) / L)` of them, positions past prompt + max_new_tokens hidden from attention, and one row decodes
-exactly as LLaDA2Pipeline decodes it alone (tests/test_masked_decode.py): same schedule, same rule, same EOS
-check, same block-end rule. The one difference is a forward the pipeline spends and we do not: with editing off,
-the pipeline runs one more forward after a block's last mask is filled, which changes nothing.
+A row's blocks are LLaDA2Pipeline's (and LLaDA 2.1's and SDAR's own): aligned at absolute position 0 (the prompt
+included), `ceil((prompt + max_new_tokens) / L)` of them; positions past prompt + max_new_tokens are decoded and
+never returned, attended or hidden by the model's `tail` rule (`models.masked_diffusion`). The sampler owns the
+block's rule (its fill schedule, when a block ends, where EOS is checked): with `block_refinement` one row decodes
+exactly as LLaDA2Pipeline decodes it alone (tests/test_masked_decode.py), with `llada2_editing` as LLaDA 2.1's own
+generate (tests/test_block_causal_families.py). The one difference is a forward both spend and we do not: with
+editing off, one more forward after a block's last mask is filled, which changes nothing.
 Random numbers: `samplers.streams` uniforms keyed by (sample seed, block index, forward in the block, position).
 TPF: valid output tokens / denoising forwards (`nfe`), the one rule of `contract.records`.
 """
@@ -35,7 +37,7 @@ from contract.text import cut_at_stop
 from harness.engine import loop
 from models.masked_diffusion import BlockQuery
 from samplers import streams
-from samplers.masked import MaskedSamplerConfig, draw, refine, remask, transfer_schedule
+from samplers.masked import MaskedSamplerConfig, draw, refine, remask
 
 
 @dataclass
@@ -132,12 +134,11 @@ class MaskedDiffusionDecoder:
         start = p // n * n
         gen_end = p + req.max_new_tokens
         res = GenerationResult(req.sample_id, [], "", 0, prompt_tokens=p)
-        steps = self.sampler.steps_for(req.max_new_tokens, n)
         tail = list(req.prompt_ids[start:])
         block = tail + [mask] * (n - len(tail))
         return _Row(
             req, res, time.perf_counter(), list(req.prompt_ids[:start]), block, p, gen_end,
-            -(-gen_end // n) * n, transfer_schedule(n, steps),
+            -(-gen_end // n) * n, self.sampler.fill_schedule(req.max_new_tokens, n),
         )  # fmt: skip
 
     # ----------------------------------------------------------------------------------------------
@@ -163,8 +164,9 @@ class MaskedDiffusionDecoder:
         start = torch.tensor([len(r.seq) for r in rows], device=dev)[:, None] + torch.arange(n, device=dev)
         editable = start >= torch.tensor([r.prompt_len for r in rows], device=dev)[:, None]
         shares = [self._share(r) for r in rows]
+        edit_thr = cfg.editing_threshold if cfg.editing else None
         new, fill, edit = refine(
-            block, tok, prob, torch.tensor(shares, device=dev), editable, mask, cfg.threshold, cfg.editing_threshold
+            block, tok, prob, torch.tensor(shares, device=dev), editable, mask, cfg.threshold, edit_thr
         )
         remasked = torch.zeros_like(fill)
         if cfg.remask_ratio > 0:
@@ -198,8 +200,9 @@ class MaskedDiffusionDecoder:
         return [i for k, i in enumerate(busy) if self._commit(batch.rows[i], out, k)]
 
     def _commit(self, r: _Row, out: _StepOut, k: int) -> bool:
-        """Take row k's step; returns whether the row's sequence ended. The block-end rule is LLaDA2Pipeline's
-        `check_block_should_continue` for one row, less its no-op forward (editing off, block filled)."""
+        """Take row k's step; returns whether the row's sequence ended. The block-end rule is the sampler's
+        (`block_end`: diffusers' `check_block_should_continue` for block_refinement, LLaDA 2.1's loop for
+        llada2_editing), and so is where EOS is checked (at its commit, or at the block's end)."""
         cfg, mask = self.sampler, self.model.mask_id
         had_masks = mask in r.block
         r.block = out.block[k]
@@ -215,19 +218,16 @@ class MaskedDiffusionDecoder:
             res.extra["remasked"] = res.extra.get("remasked", 0) + out.remasked[k]
         if out.edited[k]:
             res.extra["edited"] = res.extra.get("edited", 0) + out.edited[k]
-        if cfg.eos_early_stop and self._eos_committed(r, out.changed[k]):
+        if cfg.eos_early_stop and not cfg.eos_at_block_end and self._eos_committed(r, out.changed[k]):
             r.finished = True
         if had_masks:
             r.step_idx += 1
         if r.finished:
             return True
-        if had_masks:
-            capped = r.step_idx >= len(r.schedule)
-            done = capped or (mask not in r.block and not cfg.editing)
-        else:
-            capped = r.post_steps > cfg.max_post_steps
-            done = capped or not out.edited[k]
-        return done and self._next_block(r, capped and (mask in r.block or not had_masks))
+        done, capped = cfg.block_end(
+            had_masks, mask in r.block, bool(out.edited[k]), r.step_idx, len(r.schedule), r.post_steps
+        )
+        return done and self._next_block(r, capped)
 
     def _record(self, r: _Row) -> None:
         """One trajectory entry (contract/records.py) after the step: the block as it stands (`argmax`: a stopped
@@ -272,6 +272,9 @@ class MaskedDiffusionDecoder:
         r.fills, r.remasks = [], []
         if len(r.seq) >= r.end:
             return True
+        if self.sampler.eos_early_stop and self.sampler.eos_at_block_end:
+            if any(t in self.model.eos_ids for t in r.seq[r.prompt_len :]):  # LLaDA 2.1's check: the block is full
+                return True
         if r.req.stop_strings:
             out = r.seq[r.prompt_len : r.gen_end]
             return cut_at_stop(self.tokenizer, out, self.model.eos_ids, r.req.stop_strings)[2] != "length"

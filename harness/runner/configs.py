@@ -289,7 +289,7 @@ def check_family(model: DictConfig, sampler: DictConfig) -> None:
     attention, context = str(model.get("attention")), str(model.get("context"))
     check_masked_model(
         attention, context, bool(model.get("shifted_logits")), model.get("block_length"),
-        str(model.get("mask_form", "additive")), model.get("forward_kwargs"),
+        str(model.get("mask_form", "additive")), model.get("forward_kwargs"), str(model.get("tail", "visible")),
     )  # fmt: skip
     found = _checkpoint_fields(model)
     mask_id = model.get("mask_token_id", None)
