@@ -13,6 +13,7 @@ from samplers.masked import CONFIDENCES, SCHEDULES
 ATTENTIONS = ("block_causal", "bidirectional", "prefix_causal")
 CONTEXTS = ("recompute", "cache", "prefix_cache")
 MASK_FORMS = ("additive", "bool", "padding")
+TAILS = ("visible", "hidden")  # the last block past the request's length: models.masked_diffusion
 CANVASES = ("block", "answer")
 BLOCK_ORIGINS = ("absolute", "prompt")
 ANSWER_BLOCK = "answer"  # model.block_length: the whole answer is one block (Dream)
@@ -39,10 +40,13 @@ def check_masked_model(
     module_attrs: Any = None,
     requires: Any = None,
     torch_fallbacks: Any = None,
+    tail: str = "visible",
 ) -> None:
     """The adapter's own knobs and the packages the model's code needs; run before loading (harness.runner.configs)
     and again by the adapter. Reads no files."""
     layout = layout or DecodeLayout()
+    if tail not in TAILS:
+        raise ValueError(f"model.tail: must be one of {TAILS}, got {tail!r}")
     if module_attrs is not None and (
         not hasattr(module_attrs, "items")
         or not all(isinstance(k, str) and isinstance(v, bool | int | float | str) for k, v in module_attrs.items())

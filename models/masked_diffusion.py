@@ -27,6 +27,12 @@ mask tokens (LLaDA's generate.py, Dream's diffusion_generate: a bidirectional mo
 only); `block_origin: absolute` aligns blocks at position 0 (LLaDA 2.x), `prompt` at the prompt's end (LLaDA, Dream);
 `block_length: answer` makes the whole answer one block (Dream). `schedule` and `confidence` are the family's fill
 schedule and ranking (`samplers.masked`), the defaults a sampler's null ones take.
+`tail`: where prompt + new tokens ends inside a block, the positions past that length up to the block's end (mask
+tokens, filled like any other, never returned). `visible` (LLaDA 2.1's own `generate`, SDAR's
+`block_diffusion_generate`): they are ordinary positions of the last block, attending and attended. `hidden`
+(diffusers' LLaDA2Pipeline, whose 2D mask marks them 0, read as transformers reads padding): their keys are hidden
+from every query, themselves included; their queries still see the prompt and the real positions, so no query is
+left without a key (a softmax over no key would be NaN).
 
 What a model's own forward takes is read from its signature, not assumed: `position_ids` are passed where it takes
 them (LLaDA 8B's remote code does not; it numbers positions 0 .. T - 1 itself, so it runs on the recompute path
@@ -78,15 +84,11 @@ def set_module_attrs(model: torch.nn.Module, attrs: dict[str, Any]) -> dict[str,
 def block_mask(
     qpos: torch.Tensor, kpos: torch.Tensor, kvalid: torch.Tensor, block_length: int, block_causal: bool
 ) -> torch.Tensor:
-    """(B, 1, Q, K) bool: what each query sees. Keys are `kvalid` and, block-causally, in the query's block or
-    before it; the last Q key columns are the queries' own, and every query sees its own key (a padding query
-    then sees something, and a query past the request's length, whose key is hidden, still sees itself)."""
+    """(B, 1, Q, K) bool: what each query sees: the `kvalid` keys, block-causally those in the query's block or before
+    it. A hidden key is hidden from every query, its own included (as transformers reads a padding mask)."""
     ok = kvalid[:, None, :].expand(-1, qpos.shape[1], -1)
     if block_causal:
         ok = ok & ((kpos[:, None, :] // block_length) <= (qpos[:, :, None] // block_length))
-    q = qpos.shape[1]
-    eye = torch.eye(q, dtype=torch.bool, device=qpos.device)
-    ok = torch.cat([ok[..., :-q], ok[..., -q:] | eye], dim=-1)
     return ok[:, None]
 
 
@@ -107,7 +109,7 @@ def _mask_rows(ends: list[int], positions: list[list[int]] = ()) -> int:
 @dataclass
 class BlockQuery:
     """One row's step: the tokens before its current block, the block, and where the request's length ends
-    (keys at or past `valid_end` are hidden, as LLaDA2Pipeline's attention mask hides the block-aligned tail)."""
+    (`valid_end`: with `tail=hidden` later keys are hidden, as LLaDA2Pipeline's 2D mask marks them)."""
 
     row: int
     prefix: list[int]
@@ -152,11 +154,12 @@ class MaskedDiffusionAdapter:
         module_attrs: dict[str, Any] | None = None,
         requires: list[str] | None = None,
         torch_fallbacks: list[str] | None = None,
+        tail: str = "visible",
     ):
         self.layout = DecodeLayout(canvas, block_origin, schedule, confidence)
         check_masked_model(
             attention, context, shifted_logits, block_length, mask_form, forward_kwargs, self.layout, module_attrs,
-            requires, torch_fallbacks,
+            requires, torch_fallbacks, tail,
         )  # fmt: skip
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -176,7 +179,7 @@ class MaskedDiffusionAdapter:
         self.module_attrs = set_module_attrs(model, dict(module_attrs or {}))
         tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
         self.attention, self.context, self.shifted_logits = attention, context, shifted_logits
-        self.mask_form, self.forward_kwargs = mask_form, dict(forward_kwargs or {})
+        self.mask_form, self.forward_kwargs, self.tail = mask_form, dict(forward_kwargs or {}), tail
         self.bind(model, tok, mask_token_id, block_length, eos_token_ids, enable_thinking)
 
     def bind(self, model, tokenizer, mask_token_id, block_length, eos_token_ids, enable_thinking=None) -> None:
@@ -229,6 +232,7 @@ class MaskedDiffusionAdapter:
             "mask_form": self.mask_form,
             "module_attrs": getattr(self, "module_attrs", {}),
             "ar_seeded": self.ar_seeded,
+            "tail": self.tail,
             "forward_kwargs": self.forward_kwargs,
             "buffers_checked": self.buffer_check.checked,
             "buffers_repaired": self.buffer_check.repaired,
@@ -268,8 +272,7 @@ class MaskedDiffusionAdapter:
     def _call(self, ids, qpos, mask, keep: int, keys=None, **kwargs) -> torch.Tensor:
         """Logits of (at least) the last `keep` columns: exactly those when the model can trim its LM head. The mask
         is expanded to the batch (a view: remote code may check its first dimension). `mask_form=padding` passes the
-        rows' valid keys `keys` (1 = seen) instead: a query whose own key is hidden (past the request's length) then
-        sees the valid keys only, where the 4D forms also show it itself."""
+        rows' valid keys `keys` (1 = seen) instead."""
         if self.keep_arg:
             kwargs[self.keep_arg] = keep
         if self.takes_positions:
@@ -282,13 +285,19 @@ class MaskedDiffusionAdapter:
         logits = self.model(input_ids=ids, attention_mask=mask, **kwargs, **self.forward_kwargs).logits
         return logits[:, -keep:]
 
+    def _key_end(self, q: BlockQuery, seq_end: int) -> int:
+        """Where row q's keys end: its sequence so far, cut at the request's length where the tail is hidden or where
+        blocks start at the prompt (nothing real lies past the request there: only the filler of a shorter block)."""
+        visible = self.tail == "visible" and self.layout.block_origin == "absolute"
+        return seq_end if visible else min(seq_end, q.valid_end)
+
     def _recompute(self, queries: list[BlockQuery], block: int) -> torch.Tensor:
         dev = self.device
         seqs = [q.prefix + q.block + [self.mask_id] * (q.canvas_end - q.start - len(q.block)) for q in queries]
         w = max(map(len, seqs))
         ids = torch.tensor([s + [self.mask_id] * (w - len(s)) for s in seqs], device=dev)
         pos = torch.arange(w, device=dev).expand(len(seqs), -1)
-        ends = [min(len(s), q.valid_end) for s, q in zip(seqs, queries, strict=True)]
+        ends = [self._key_end(q, len(s)) for s, q in zip(seqs, queries, strict=True)]
         m = _mask_rows(ends)  # every row's positions are 0 .. w - 1: rows of one end share one mask row
         ends = torch.tensor(ends[:m], device=dev)
         keys = pos[:m] < ends[:, None]
@@ -329,8 +338,9 @@ class MaskedDiffusionAdapter:
             for q, r, pad in zip(queries, rows, pads, strict=True)
         ]
         cache.plan(rows, pads, w, dev)
-        # a query sees the slots below min(its row's end, its block's end) and its own (a padding query: slot 0)
-        lims = [min(q.start + block, q.valid_end) for q in queries]
+        # a query sees the slots below its row's key end and, block-causally, its block's end (a padding query sits
+        # at position 0: it sees the row's first block, never nothing)
+        lims = [self._key_end(q, q.start + block) for q in queries]
         m = _mask_rows(lims, qpos)
         qpos = torch.tensor(qpos, device=dev)
         lim = torch.tensor(lims[:m], device=dev)[:, None]
@@ -340,7 +350,7 @@ class MaskedDiffusionAdapter:
             starts = torch.tensor([q.start for q in queries[:m]], device=dev)[:, None]
             lim = torch.where(qpos[:m] < starts, qpos[:m] + 1, lim)
         slot = torch.arange(cache.span, device=dev)
-        mask = ((slot < lim[..., None]) | (slot == qpos[:m, :, None]))[:, None]
+        mask = (slot < lim[..., None]).expand(-1, qpos.shape[1], -1)[:, None]
         ids = torch.tensor(ids, device=dev)
         keep = block + int(self.ar_seeded and w > block)
         logits = self._call(ids, qpos, mask, keep, past_key_values=cache, use_cache=True)
@@ -358,8 +368,10 @@ class MaskedDiffusionAdapter:
 
 
 class ReferenceModel(torch.nn.Module):
-    """The adapter's model as diffusers' LLaDA2Pipeline calls it (`input_ids`, a 2D padding mask, `position_ids`):
-    the 2D mask becomes the same 4D mask the adapter builds, so the pipeline runs the very model we decode."""
+    """The adapter's model as diffusers' LLaDA2Pipeline calls it (`input_ids`, a 2D mask, `position_ids`), the 2D mask
+    read as transformers reads padding: transformers' own mask functions build the 4D mask (block-causal through
+    `block_sequence_ids`, bidirectional otherwise) and a 0 in the 2D mask hides that key from every query. None of
+    our mask code runs, so a parity test against the pipeline checks our masks against transformers'."""
 
     def __init__(self, adapter: MaskedDiffusionAdapter, block_length: int):
         super().__init__()
@@ -375,10 +387,17 @@ class ReferenceModel(torch.nn.Module):
         return self.inner.dtype
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, **_):
-        valid = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+
         pos = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         pos = pos if position_ids is None else position_ids
-        mask = block_mask(pos, pos, valid, self.block_length, self.attention == "block_causal")
-        return self.inner(
-            input_ids=input_ids, attention_mask=additive(mask, self.dtype), position_ids=pos, use_cache=False
-        )
+        embeds = self.inner.get_input_embeddings()(input_ids)
+        kw = {"config": self.inner.config, "inputs_embeds": embeds, "attention_mask": attention_mask}
+        if self.attention == "block_causal":
+            mask = create_causal_mask(
+                **kw, past_key_values=None, position_ids=pos, block_sequence_ids=pos // self.block_length,
+                allow_is_causal_skip=False,
+            )  # fmt: skip
+        else:
+            mask = create_bidirectional_mask(**kw, allow_is_bidirectional_skip=False)
+        return self.inner(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=False)

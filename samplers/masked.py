@@ -10,7 +10,13 @@ or re-masks it (`remask_ratio`). One rule, `refine`, covers the family; the conf
 - `low_confidence`: LLaDA's fixed-steps rule (no threshold): the share's most confident positions each step.
 - `fast_dllm_masked`: Fast-dLLM's parallel decoding: every position with confidence > `threshold`, at least one.
 - `remdm`: the LLaDA rule plus ReMDM-style re-masking of the `remask_ratio` least confident committed tokens.
+- `llada2_editing`: LLaDA 2.1's own `generate` (token editing): every masked position with confidence > `threshold`,
+  else the `num_to_transfer` most confident, with no step cap; committed tokens edited (> `editing_threshold`, 0:
+  any changed token) for at most `max_post_steps` forwards after the block's last mask (diffusers allows one more);
+  EOS checked when a block ends (diffusers freezes a row at its first committed EOS, losing later edits).
 
+Each config owns its block's rule: `fill_schedule` (each step's share under the `even` schedule), `block_end`
+(when a block is final) and `eos_at_block_end`; the engine only calls them.
 A step's share follows `schedule` (null: the model's own, `model.schedule`): `even`, the block split evenly over
 `min(steps_per_block, max_new_tokens // minimal_topk)` steps (diffusers; LLaDA's get_num_transfer_tokens), or
 `dream`, Dream's `diffusion_generate` rule (`int(masks_left * (1 - s / t))` with t, s on linspace(1, eps, steps + 1),
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from samplers.config import SamplerConfigError
 
@@ -73,6 +79,7 @@ class MaskedSamplerConfig:
     capture_trajectory: bool = False  # record each step's block and filled positions (evals.corrections, films)
     schedule: str | None = None  # even | dream; null: the model's own (model.schedule)
     confidence: str | None = None  # prob | margin | entropy: what ranks the share; null: the model's own
+    eos_at_block_end: ClassVar[bool] = False  # not a knob: False, a row stops at its first committed EOS (diffusers)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -94,11 +101,7 @@ class MaskedSamplerConfig:
             "minimal_topk",
             f"must be an integer > 0, got {self.minimal_topk!r}",
         )
-        _require(
-            self.editing_threshold is None or (_is_num(self.editing_threshold) and 0.0 < self.editing_threshold <= 1),
-            "editing_threshold",
-            f"must be null (off) or in (0, 1], got {self.editing_threshold!r}",
-        )
+        self._validate_editing()
         _require(
             _is_int(self.max_post_steps) and self.max_post_steps >= 0,
             "max_post_steps",
@@ -108,6 +111,13 @@ class MaskedSamplerConfig:
             value = getattr(self, key)
             _require(value is None or value in allowed, key, f"must be null or one of {allowed}, got {value!r}")
         self._validate_draw()
+
+    def _validate_editing(self) -> None:
+        _require(
+            self.editing_threshold is None or (_is_num(self.editing_threshold) and 0.0 < self.editing_threshold <= 1),
+            "editing_threshold",
+            f"must be null (off) or in (0, 1], got {self.editing_threshold!r}",
+        )
 
     def _validate_draw(self) -> None:
         _require(
@@ -152,6 +162,25 @@ class MaskedSamplerConfig:
     def knobs(self) -> dict:
         return asdict(self)
 
+    # the block's rule (the engine calls these; a subclass with another rule overrides them)
+
+    def fill_schedule(self, masks: int, steps: int) -> list[int]:
+        """Each step's fill share under the `even` schedule: the block's masks split over its steps (diffusers)."""
+        return transfer_schedule(masks, steps)
+
+    def block_end(
+        self, had_masks: bool, masks_left: bool, edited: bool, step: int, n_steps: int, post: int
+    ) -> tuple[bool, bool]:
+        """(the block is final, it ended at a cap) after a forward: diffusers' `check_block_should_continue` for one
+        row, less its no-op forward (editing off, block filled). `step`: fill steps taken (forwards with masks
+        before them) of the schedule's `n_steps`; `post`: editing forwards after the block's last mask, this one
+        included."""
+        if had_masks:
+            capped = step >= n_steps
+            return capped or (not masks_left and not self.editing), capped and masks_left
+        capped = post > self.max_post_steps
+        return capped or not edited, capped
+
 
 @dataclass
 class BlockRefinementConfig(MaskedSamplerConfig):
@@ -194,7 +223,58 @@ class ReMDMConfig(MaskedSamplerConfig):
         _require(self.remask_ratio > 0, "remask_ratio", f"must be > 0 for remdm, got {self.remask_ratio!r}")
 
 
-MASKED_SAMPLERS = {c.name: c for c in (BlockRefinementConfig, LowConfidenceConfig, FastDllmConfig, ReMDMConfig)}
+@dataclass
+class LLaDA2EditingConfig(MaskedSamplerConfig):
+    """LLaDA 2.1's own `generate` (its modeling file's `LLaDA2MoeModelLM.generate`), token editing. Defaults: its
+    published Quality mode (threshold 0.7, editing 0.5, 16 post steps; Speed mode: threshold 0.5 and editing off or
+    0.0). Its fill is not diffusers' schedule: each step fills the positions above `threshold`, else the
+    `num_to_transfer` most confident, until the block has no mask (no step cap; `steps_per_block` is unused, as its
+    `steps` argument is). `editing_threshold`: null turns editing off; 0 edits any changed token (its rule is `>`).
+    Its generate with editing off still runs one forward after a block fills, which changes nothing: not run here."""
+
+    name: str = "llada2_editing"
+    threshold: float | None = 0.7
+    editing_threshold: float | None = 0.5
+    max_post_steps: int = 16
+    num_to_transfer: int = 1
+    eos_at_block_end: ClassVar[bool] = True  # its check: a finished block whose answer part holds an EOS
+
+    def _validate_editing(self) -> None:
+        _require(
+            self.editing_threshold is None or (_is_num(self.editing_threshold) and 0.0 <= self.editing_threshold <= 1),
+            "editing_threshold",
+            f"must be null (off) or in [0, 1] (0: any changed token), got {self.editing_threshold!r}",
+        )
+
+    def validate(self) -> None:
+        super().validate()
+        _require(
+            _is_int(self.num_to_transfer) and self.num_to_transfer > 0,
+            "num_to_transfer",
+            f"must be an integer > 0, got {self.num_to_transfer!r}",
+        )
+
+    @property
+    def editing(self) -> bool:
+        return self.editing_threshold is not None
+
+    def fill_schedule(self, masks: int, steps: int) -> list[int]:
+        return [self.num_to_transfer]
+
+    def block_end(
+        self, had_masks: bool, masks_left: bool, edited: bool, step: int, n_steps: int, post: int
+    ) -> tuple[bool, bool]:
+        """Its loop: fill until no mask is left; then, editing on, forwards while they edit, at most
+        `max_post_steps` of them (its counter is checked before the forward)."""
+        if had_masks:
+            return not masks_left and (not self.editing or self.max_post_steps == 0), False
+        capped = post >= self.max_post_steps
+        return capped or not edited, capped and edited
+
+
+MASKED_SAMPLERS = {
+    c.name: c for c in (BlockRefinementConfig, LowConfidenceConfig, FastDllmConfig, ReMDMConfig, LLaDA2EditingConfig)
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -282,7 +362,8 @@ def refine(
     editing_threshold: float | None,
     rank_by: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One refinement step for rows at their own steps: (new block, filled (B, L), edited (B, L)).
+    """One refinement step for rows at their own steps: (new block, filled (B, L), edited (B, L)). Editing, on
+    when `editing_threshold` is not None, replaces committed tokens predicted otherwise with probability > it.
 
     `n_fill` (B,) is each row's share this step; a row fills every masked position with probability > threshold
     when at least its share are, else its share's most confident masked ones (ranked by `rank_by`, default the
@@ -301,7 +382,7 @@ def refine(
     use_high = high.sum(-1) >= n_fill
     fill = torch.where(use_high[:, None], high, rank < k[:, None]) & active
     edit = torch.zeros_like(fill)
-    if editing_threshold is not None and editing_threshold > 0:
+    if editing_threshold is not None:  # the caller passes None when its sampler's editing is off
         edit = editable & ~active & (probs.float() > editing_threshold) & (tokens != block)
     return torch.where(fill | edit, tokens, block), fill, edit
 

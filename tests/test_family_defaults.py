@@ -15,7 +15,7 @@ from tests.helpers.app import compose_app, run_app
 MASKED_DEFAULTS = {
     "sudoku6_masked": "block_refinement",
     "tiny_masked": "block_refinement",
-    "llada2_mini": "block_refinement",  # conf/sampler/llada2_quality (threshold 0.7, editing 0.5)
+    "llada2_mini": "llada2_editing",  # its own generate's rule at its Quality mode (threshold 0.7, editing 0.5)
     "sdar": "block_refinement",  # conf/sampler/sdar_dynamic (threshold 0.85, 4 steps)
     "llada_8b_instruct": "low_confidence",
     "dream": "low_confidence",

@@ -1,8 +1,9 @@
 """The masked decoder against diffusers' LLaDA2Pipeline + BlockRefinementScheduler on tiny block-causal models.
 
-The pipeline runs the very model we decode (`ReferenceModel`: its 2D padding mask becomes our 4D block-causal
-mask). Weights in float64, so a near-tie of two confidences cannot flip between the pipeline's whole-prefix
-forwards and our cached ones. Greedy: token for token, at batch 1 and 8, block lengths 4 and 8, editing on and
+The pipeline runs the very model we decode (`ReferenceModel`: its 2D mask read as transformers reads padding, by
+transformers' own mask functions; our adapter runs with the pipeline's tail rule, `tail=hidden`). Weights in
+float64, so a near-tie of two confidences cannot flip between the pipeline's whole-prefix forwards and our cached
+ones. Greedy: token for token, at batch 1 and 8, block lengths 4 and 8, editing on and
 off, prompts of different lengths, EOS rare and frequent; the exact cache equals full recompute.
 """
 
@@ -42,7 +43,10 @@ def checkpoints(tmp_path_factory):
 
 
 def _adapter(path, context="cache", eos=1):
-    return MaskedDiffusionAdapter(str(path), dtype="float64", context=context, eos_token_ids=[eos], num_threads=1)
+    """The pipeline's tail rule (its 2D mask read as transformers reads padding: `ReferenceModel`)."""
+    return MaskedDiffusionAdapter(
+        str(path), dtype="float64", context=context, eos_token_ids=[eos], num_threads=1, tail="hidden"
+    )
 
 
 def _requests(ad, texts=TEXTS, g=G):
@@ -186,7 +190,7 @@ def test_bidirectional_recompute_equals_pipeline_and_prefix_cache_is_marked_appr
     """A fully bidirectional model: full recompute equals LLaDA2Pipeline token for token (greedy, editing on);
     the Fast-dLLM-style prefix cache runs, says it is approximate, and differs (its prefix K/V are never
     refreshed), which is why it is not the default."""
-    kw = dict(dtype="float64", attention="bidirectional", eos_token_ids=[1], num_threads=1)
+    kw = dict(dtype="float64", attention="bidirectional", eos_token_ids=[1], num_threads=1, tail="hidden")
     full = MaskedDiffusionAdapter(str(bidirectional), context="recompute", **kw)
     approx = MaskedDiffusionAdapter(str(bidirectional), context="prefix_cache", **kw)
     cfg = BlockRefinementConfig(threshold=0.8, editing_threshold=0.5, steps_per_block=4)

@@ -140,7 +140,7 @@ def test_bad_values_name_the_key(kwargs, key):
 
 
 def test_presets():
-    assert set(MASKED_SAMPLERS) == {"block_refinement", "low_confidence", "fast_dllm_masked", "remdm"}
+    assert set(MASKED_SAMPLERS) == {"block_refinement", "low_confidence", "fast_dllm_masked", "remdm", "llada2_editing"}
     assert FastDllmConfig().threshold == 0.9
     with pytest.raises(SamplerConfigError, match="sampler.remask_ratio"):
         ReMDMConfig(remask_ratio=0.0)

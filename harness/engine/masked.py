@@ -11,9 +11,11 @@
 
 A row's blocks follow the model's layout (`models.masked_checks.DecodeLayout`). `block_origin: absolute`
 (LLaDA2Pipeline's): aligned at position 0 (the prompt included), `ceil((prompt + max_new_tokens) / L)` of them,
-positions past prompt + max_new_tokens hidden from attention; one row decodes exactly as LLaDA2Pipeline decodes it
-alone (tests/test_masked_decode.py): same schedule, same rule, same EOS check, same block-end rule, less a forward
-the pipeline spends after a block's last mask with editing off, which changes nothing. `block_origin: prompt`
+positions past prompt + max_new_tokens decoded, never returned, and attended or hidden by the model's `tail` rule.
+The sampler owns the block's rule (its fill schedule, when a block ends, where EOS is checked): with
+`block_refinement` one row decodes exactly as LLaDA2Pipeline decodes it alone (tests/test_masked_decode.py), with
+`llada2_editing` as LLaDA 2.1's own generate (tests/test_block_causal_families.py), less a forward both spend after a
+block's last mask with editing off, which changes nothing. `block_origin: prompt`
 (LLaDA's generate.py, Dream's diffusion_generate): blocks start at the prompt's end, the last one ends at prompt +
 max_new_tokens (shorter when the answer is not a multiple of L), and an `even` schedule splits the block's masks
 (LLaDA's get_num_transfer_tokens); `block_length: answer`: one block, the whole answer (Dream). `canvas: answer`
@@ -51,7 +53,6 @@ from samplers.masked import (
     dream_share,
     refine,
     remask,
-    transfer_schedule,
 )
 
 
@@ -175,10 +176,10 @@ class MaskedDiffusionDecoder:
         return row
 
     def _plan(self, r: _Row) -> None:
-        """The block's even schedule: the block length split (diffusers; with origin prompt a block holds masks
-        only, so that is LLaDA's split of its masks). The dream schedule is computed step by step (`_share`)."""
+        """The block's even schedule, the sampler's (`fill_schedule`: diffusers' split of the block; with origin
+        prompt a block holds masks only: LLaDA's split of its masks). The dream schedule is computed step by step."""
         masks = len(r.block) - self.seeded  # an AR-seeded block's first token is committed outside the schedule
-        r.schedule = transfer_schedule(masks, r.steps) if self.layout.schedule == "even" else []
+        r.schedule = self.sampler.fill_schedule(masks, r.steps) if self.layout.schedule == "even" else []
 
     # ----------------------------------------------------------------------------------------------
     # step
@@ -208,7 +209,8 @@ class MaskedDiffusionDecoder:
         editable = start >= torch.tensor([r.prompt_len for r in rows], device=dev)[:, None]
         editable &= torch.arange(n, device=dev) < torch.tensor([len(r.block) for r in rows], device=dev)[:, None]
         shares = torch.tensor([self._share(r) for r in rows], device=dev)
-        new, fill, edit = refine(block, tok, prob, shares, editable, mask, cfg.threshold, cfg.editing_threshold, rank)
+        edit_thr = cfg.editing_threshold if cfg.editing else None
+        new, fill, edit = refine(block, tok, prob, shares, editable, mask, cfg.threshold, edit_thr, rank)
         if self.seeded:  # a block's first forward commits its first token alone: the AR prediction
             fresh = torch.tensor([[r.forwards == 0] for r in rows], device=dev)
             first = torch.zeros_like(fill)
@@ -234,9 +236,11 @@ class MaskedDiffusionDecoder:
     def _share(self, r: _Row) -> int:
         """This step's fill share: the even schedule's (clamped at its last step, as diffusers) or Dream's count of
         the masks left; with re-masking at least the masks left over the steps left, so the block ends filled."""
-        s = min(r.step_idx, r.steps - 1)
         left = r.block.count(self.model.mask_id)
-        share = r.schedule[s] if r.schedule else dream_share(left, s, r.steps)
+        if r.schedule:  # clamped at its last entry (llada2_editing's has one: its share every step)
+            share = r.schedule[min(r.step_idx, len(r.schedule) - 1)]
+        else:
+            share = dream_share(left, min(r.step_idx, r.steps - 1), r.steps)
         if self.seeded and self.sampler.threshold is not None:
             share = max(share, 1)  # an AR-seeded model's own threshold rule always takes the most confident one
         if self.sampler.remask_ratio > 0:
@@ -251,8 +255,9 @@ class MaskedDiffusionDecoder:
         return [i for k, i in enumerate(busy) if self._commit(batch.rows[i], out, k)]
 
     def _commit(self, r: _Row, out: _StepOut, k: int) -> bool:
-        """Take row k's step; returns whether the row's sequence ended. The block-end rule is LLaDA2Pipeline's
-        `check_block_should_continue` for one row, less its no-op forward (editing off, block filled)."""
+        """Take row k's step; returns whether the row's sequence ended. The block-end rule is the sampler's
+        (`block_end`: diffusers' `check_block_should_continue` for block_refinement, LLaDA 2.1's loop for
+        llada2_editing), and so is where EOS is checked (at its commit, or at the block's end)."""
         cfg, mask = self.sampler, self.model.mask_id
         had_masks = mask in r.block
         seed_step = self.seeded and r.forwards == 0  # outside the schedule, as its own generate
@@ -269,19 +274,14 @@ class MaskedDiffusionDecoder:
             res.extra["remasked"] = res.extra.get("remasked", 0) + out.remasked[k]
         if out.edited[k]:
             res.extra["edited"] = res.extra.get("edited", 0) + out.edited[k]
-        if cfg.eos_early_stop and self._eos_committed(r, out.changed[k]):
+        if cfg.eos_early_stop and not cfg.eos_at_block_end and self._eos_committed(r, out.changed[k]):
             r.finished = True
         if had_masks and not seed_step:
             r.step_idx += 1
         if r.finished:
             return True
-        if had_masks:
-            capped = r.step_idx >= r.steps
-            done = capped or (mask not in r.block and not cfg.editing)
-        else:
-            capped = r.post_steps > cfg.max_post_steps
-            done = capped or not out.edited[k]
-        return done and self._next_block(r, capped and (mask in r.block or not had_masks))
+        done, capped = cfg.block_end(had_masks, mask in r.block, bool(out.edited[k]), r.step_idx, r.steps, r.post_steps)
+        return done and self._next_block(r, capped)
 
     def _record(self, r: _Row) -> None:
         """One trajectory entry (contract/records.py) after the step: the block as it stands (`argmax`: a stopped
@@ -325,6 +325,9 @@ class MaskedDiffusionDecoder:
         r.fills, r.remasks = [], []
         if len(r.seq) >= r.end:
             return True
+        if self.sampler.eos_early_stop and self.sampler.eos_at_block_end:
+            if any(t in self.model.eos_ids for t in r.seq[r.prompt_len :]):  # LLaDA 2.1's check: the block is full
+                return True
         r.block = [self.model.mask_id] * min(r.width, r.end - len(r.seq))
         self._plan(r)
         if r.req.stop_strings:

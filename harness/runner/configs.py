@@ -316,6 +316,7 @@ def check_family(model: DictConfig, sampler: DictConfig) -> None:
         attention, context, bool(model.get("shifted_logits")), model.get("block_length"),
         str(model.get("mask_form", "additive")), model.get("forward_kwargs"), layout, model.get("module_attrs"),
         model.get("requires"), model.get("torch_fallbacks"),
+        tail=str(model.get("tail", "visible")),
     )  # fmt: skip
     found = _checkpoint_fields(model)
     mask_id = model.get("mask_token_id", None)
