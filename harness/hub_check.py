@@ -118,12 +118,10 @@ def check_loaded(fam: HubFamily, tiny: TinyRemote, row: HubCheckRow) -> Any:
         return None
     row.loads = True
     ok, what = buffer_report(adapter.model, tiny.model)
-    probe = torch.randint(0, 90, (1, 12))
     try:
-        with torch.no_grad():
-            diff = (adapter.model(input_ids=probe).logits - tiny.model(input_ids=probe).logits).abs().max().item()
-    except Exception as e:  # a forward that needs more than input ids: reported, the buffers still decide
-        diff, what = None, f"{what}; probe forward: {one_line('probe', e)}"
+        diff = probe_diff(adapter, tiny.model)
+    except Exception as e:  # a forward the probe cannot call: reported, the buffers still decide
+        diff, what = None, f"{what}; {one_line('probe forward', e)}"
     row.details["buffers"], row.details["probe_logits_max_diff"] = what, diff
     row.buffers_ok = ok and (diff is None or diff <= 1e-4)
     if not row.buffers_ok:
@@ -131,6 +129,19 @@ def check_loaded(fam: HubFamily, tiny: TinyRemote, row: HubCheckRow) -> Any:
             f"buffers: {what}" if not ok else f"buffers: loaded logits differ from the built model's by {diff:.3g}"
         )
     return adapter
+
+
+@torch.no_grad()
+def probe_diff(adapter: Any, built: torch.nn.Module) -> float:
+    """Max |logits| difference, loaded vs built, on 12 tokens every position sees (the mask in the adapter's form:
+    SDAR reads a boolean one; a model that takes none, LLaDA 8B, gets none)."""
+    ids = torch.randint(0, 90, (1, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(1, 1, 12, 12, dtype=torch.bool)
+    mask = mask if adapter.mask_form == "bool" else torch.zeros(1, 1, 12, 12, dtype=adapter.dtype)
+    kwargs = {"attention_mask": mask} if adapter.takes_positions else {}
+    if adapter.takes_positions:
+        kwargs["position_ids"] = torch.arange(12)[None]
+    return (adapter.model(input_ids=ids, **kwargs).logits - built(input_ids=ids, **kwargs).logits).abs().max().item()
 
 
 def decode_with_run(fam: HubFamily, tiny: TinyRemote, work: Path, batch_size: int) -> dict[str, list[int]]:

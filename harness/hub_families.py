@@ -10,6 +10,7 @@ routine here does greedy. The routine is imported from the code folder at run ti
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,8 +76,8 @@ def greedy_sample(logits, temperature=1.0, top_k=0, top_p=1.0):
 
 
 def own_llada2(model, ids: torch.Tensor, case: Case, mask_id: int, code_dir: Path) -> list[int]:
-    """Its generate builds the block mask in bfloat16 (the real model's dtype); SDPA refuses a mask of another dtype
-    than a float32 query, so the mask (0 / -inf, exact in any float dtype) is cast to the model's dtype on the way in."""
+    """Its generate builds the block mask in bfloat16 (the real model's dtype); SDPA refuses a mask of another
+    dtype than a float32 query, so the mask (0 / -inf: exact in any float dtype) is cast to the model's dtype."""
     k = case.knobs
     inner = model.forward
 
@@ -105,9 +106,22 @@ def own_llada2(model, ids: torch.Tensor, case: Case, mask_id: int, code_dir: Pat
     return out[0].tolist()
 
 
+def indexable_cache() -> type:
+    """transformers 5's DynamicCache with 4.x's `cache[layer] -> (keys, values)`, which SDAR's attention reads."""
+    from transformers.cache_utils import DynamicCache
+
+    class IndexableCache(DynamicCache):
+        def __getitem__(self, layer: int):
+            return self.layers[layer].keys, self.layers[layer].values
+
+    return IndexableCache
+
+
 def own_sdar(model, ids: torch.Tensor, case: Case, mask_id: int, code_dir: Path) -> list[int]:
+    """Greedy (see the module docstring), and the cache it builds indexable as on transformers 4.x."""
     gen = load_routine_module(code_dir, "sdar")
-    gen.sample_with_temperature_topk_topp = greedy_sample  # it has no greedy mode (see the module docstring)
+    gen.sample_with_temperature_topk_topp = greedy_sample
+    gen.DynamicCache = indexable_cache()
     x = gen.block_diffusion_generate(
         model,
         {"input_ids": ids},
@@ -122,6 +136,9 @@ def own_sdar(model, ids: torch.Tensor, case: Case, mask_id: int, code_dir: Path)
 
 
 def own_llada(model, ids: torch.Tensor, case: Case, mask_id: int, code_dir: Path) -> list[int]:
+    """Its forward reads `config.use_cache`, which transformers 5 no longer keeps on a config: set from config.json."""
+    if not hasattr(model.config, "use_cache"):
+        model.config.use_cache = json.loads((code_dir / "config.json").read_text()).get("use_cache", False)
     gen = load_routine_module(code_dir, "llada")
     block = case.knobs["block_length"]
     x = gen.generate(

@@ -95,7 +95,8 @@ def build_tiny_remote(
     sharpen: float = 8.0,
 ) -> TinyRemote:
     """Copy `code_dir` to `out_dir`, shrink its config.json by `shrink` (every other key as the hub has it), build
-    the model class `auto_map` names with random weights (seeded), and save weights (+ a tokenizer if none).
+    the model class `auto_map` names with random weights (seeded; every matrix N(0, 0.1), the final norm scaled by
+    `sharpen` so confidences spread), and save weights (+ a tokenizer if none).
 
     The model is built by its own `__init__` and saved with safetensors directly, not `save_pretrained`: building
     and saving must not depend on the loading path under test."""
@@ -116,9 +117,11 @@ def build_tiny_remote(
     config = AutoConfig.from_pretrained(out, trust_remote_code=True)
     torch.manual_seed(seed)
     model = model_class(out, auto_class)(config).eval()
-    with torch.no_grad():
+    with torch.no_grad():  # one init for every family (some leave torch's defaults, whose logits are degenerate)
         for name, p in model.named_parameters():
-            if FINAL_NORM.match(name):
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.1)
+            elif FINAL_NORM.match(name):
                 p.mul_(sharpen)
     state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
