@@ -269,11 +269,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def record(path: Path, rows: list[HubCheckRow], date: str) -> None:
-    """One line per family: family | source | revision | date | result."""
-    with path.open("a") as f:
-        for r in rows:
-            result = "pass" if r.passed else f"FAIL: {r.note}"
-            f.write(f"| {r.family} | {r.source} | {r.revision} | {date} | {result} |\n")
+    """One row per family (family | source | revision | date | result) added under the file's table's last row."""
+    lines = path.read_text().splitlines() if path.exists() else ["| family | source | revision | date | result |"]
+    new = [
+        f"| {r.family} | {r.source} | {r.revision} | {date} | {'pass' if r.passed else 'FAIL: ' + r.note} |"
+        for r in rows
+    ]
+    at = max((i for i, line in enumerate(lines) if line.startswith("|")), default=len(lines) - 1) + 1
+    path.write_text("\n".join([*lines[:at], *new, *lines[at:]]) + "\n")
 
 
 if __name__ == "__main__":

@@ -127,8 +127,8 @@ def test_a_routine_that_decodes_otherwise_is_reported(code_dir, tmp_path):
 
 def test_one_family_failing_does_not_stop_the_others(code_dir, tmp_path, monkeypatch, capsys):
     """A family whose modeling file imports a missing package fails at build, named in one line; a family whose
-    folder is missing fails too; both rows are printed and written, and the exit status says not every family
-    passed."""
+    folder is missing fails too; both rows are printed, written as JSON and recorded under the revisions table,
+    and the exit status says not every family passed."""
     broken = code_dir / "broken"
     broken.mkdir(exist_ok=True)
     for f in ("config.json", "generate.py"):
@@ -136,14 +136,19 @@ def test_one_family_failing_does_not_stop_the_others(code_dir, tmp_path, monkeyp
     (broken / "modeling_standin.py").write_text("import not_a_real_package_xyz\n" + MODELING)
     monkeypatch.setitem(hub_check.FAMILIES, "broken", standin("confident", "broken"))
     monkeypatch.setitem(hub_check.FAMILIES, "absent", standin("confident", "absent"))
-    rc = hub_check.main(["--code-dir", str(code_dir), "--families", "broken", "absent", "--out", str(tmp_path)])
-    assert rc == 1
-    rows = json.loads(next(tmp_path.glob("*/hub_check.json")).read_text())
+    revisions = tmp_path / "hub_revisions.md"
+    revisions.write_text("# list\n\n| family | source | revision | date | result |\n|---|---|---|---|---|\n\nNotes.\n")
+    argv = ["--code-dir", str(code_dir), "--families", "broken", "absent", "--out", str(tmp_path / "out")]
+    assert hub_check.main([*argv, "--record", str(revisions)]) == 1
+    rows = json.loads(next((tmp_path / "out").glob("*/hub_check.json")).read_text())
     assert [r["family"] for r in rows] == ["broken", "absent"]
     assert rows[0]["loads"] is False and "not_a_real_package_xyz" in rows[0]["note"]
     assert rows[1]["loads"] is False and "no such family folder" in rows[1]["note"]
     out = capsys.readouterr().out
     assert "| broken |" in out and "| absent |" in out and "\n" not in rows[0]["note"]
+    lines = revisions.read_text().splitlines()  # the rows go under the table, above what follows it
+    assert lines[4].startswith("| broken | ") and "FAIL: build: " in lines[4] and lines[5].startswith("| absent | ")
+    assert lines[-1] == "Notes."
 
 
 def test_buffers_not_finite_or_not_a_fresh_init_are_named():
