@@ -159,10 +159,16 @@ def decode_with_run(fam: HubFamily, tiny: TinyRemote, work: Path, batch_size: in
     )
     (work / "run.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        tail = [s for s in proc.stderr.splitlines() if s.strip() and not s.startswith((" ", "Traceback"))]
-        raise RuntimeError(f"harness.run exited {proc.returncode}: {(tail or ['?'])[-1][:240]} ({work / 'run.log'})")
+        raise RuntimeError(f"harness.run exited {proc.returncode}: {run_error(proc.stderr)} ({work / 'run.log'})")
     records = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines() if line.strip()]
     return {r["sample_id"]: r["token_ids"] for r in records}
+
+
+def run_error(stderr: str) -> str:
+    """The line of a failed run that names the error (Hydra ends with advice, tracebacks with the error)."""
+    lines = [s.strip() for s in stderr.splitlines() if s.strip() and "HYDRA_FULL_ERROR" not in s]
+    named = [s for s in lines if "Error" in s.split(":")[0] or "Error(" in s or "Exception" in s.split(":")[0]]
+    return ((named or lines or ["?"])[-1])[:240]
 
 
 def _value(v: Any) -> str:

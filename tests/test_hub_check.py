@@ -166,3 +166,12 @@ def test_cut_at_eos_keeps_the_eos_and_the_limit():
     assert hub_check.cut_at_eos([5, 6, 7, 8], {7}, 10) == [5, 6, 7]
     assert hub_check.cut_at_eos([5, 6, 7, 8], {9}, 3) == [5, 6, 7]
     assert torch.tensor(hub_check.cut_at_eos([], {1}, 3)).numel() == 0
+
+
+def test_a_decode_that_fails_in_harness_run_is_named_in_one_line(code_dir, tmp_path):
+    """Loaded fine, but harness.run refuses the sampler setting: decodes NO, with harness.run's own message."""
+    fam = standin("confident")
+    fam.case = Case(10, "low_confidence", {"block_length": 4, "steps_per_block": 0})
+    row = hub_check.check_family(fam, code_dir, None, tmp_path)
+    assert row.loads and row.buffers_ok and row.decodes is False and row.identical is None
+    assert row.note.startswith("decode: RuntimeError: harness.run exited 1: ") and "steps_per_block" in row.note
