@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fnmatch
 import hashlib
 import json
 import os
@@ -90,8 +91,9 @@ def obtain_code(fam: HubFamily, code_dir: Path | None, revision: str | None, wor
     snap = Path(snapshot_download(fam.repo, revision=revision, allow_patterns=HUB_PATTERNS))
     folder = work / "code" / fam.name
     folder.mkdir(parents=True, exist_ok=True)
-    for f in snap.iterdir():
-        (folder / f.name).write_bytes(f.read_bytes())
+    for f in snap.iterdir():  # a snapshot already in the cache holds whatever was fetched before: weights stay out
+        if f.is_file() and any(fnmatch.fnmatch(f.name, pat) for pat in HUB_PATTERNS):
+            (folder / f.name).write_bytes(f.read_bytes())
     if fam.routine_url:
         import urllib.request
 

@@ -175,3 +175,27 @@ def test_a_decode_that_fails_in_harness_run_is_named_in_one_line(code_dir, tmp_p
     row = hub_check.check_family(fam, code_dir, None, tmp_path)
     assert row.loads and row.buffers_ok and row.decodes is False and row.identical is None
     assert row.note.startswith("decode: RuntimeError: harness.run exited 1: ") and "steps_per_block" in row.note
+
+
+def test_hub_mode_takes_code_and_config_from_the_snapshot_never_weights(code_dir, tmp_path, monkeypatch):
+    """The download branch on huggingface_hub's own offline path: a snapshot already in the cache (holding weights
+    too) at a pinned commit, and the routine fetched from its URL (here file://): code and config copied, weights
+    not; the row's source and revision are the repo and the snapshot's commit."""
+    from huggingface_hub import constants
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "cache" / "models--local--standin"
+    snap = repo / "snapshots" / sha
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    for f in ("config.json", "modeling_standin.py"):
+        (snap / f).write_text((code_dir / "standin" / f).read_text())
+    (snap / "model.safetensors").write_bytes(b"weights")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    fam = standin("confident")
+    fam.routine_url = (code_dir / "standin" / "generate.py").as_uri()
+    folder, source, revision = hub_check.obtain_code(fam, None, None, tmp_path / "work")
+    assert (source, revision) == ("local/standin", sha)
+    assert sorted(f.name for f in folder.iterdir()) == ["config.json", "generate.py", "modeling_standin.py"]
