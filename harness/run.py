@@ -74,7 +74,7 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     from models import memory
 
     path = resolve_model_ref(str(cfg.model.path), "model.path")
-    config = memory.load_config(path, revision=cfg.model.get("revision"))
+    config = memory.load_config(path, cfg.model.get("revision"), bool(cfg.model.get("trust_remote_code", False)))
     if items is not None:
         tok = AutoTokenizer.from_pretrained(path, revision=cfg.model.get("revision"))
         prompt = max(len(encode_prompt(tok, it.prompt, cfg.model.get("enable_thinking"))) for it in items)

@@ -1,7 +1,8 @@
 """A causal LM's body and head over a `SlotCache`: what the AR engine and its draft models run.
 
-transformers' `*ForCausalLM` (its `.model` + `lm_head`), a `*ForConditionalGeneration`'s language model, or
-DiffusionGemma's causal encoder + LM head (`encoder=`): the same weights decoding autoregressively.
+transformers' `*ForCausalLM` (its `.model` + `lm_head`), a `*ForConditionalGeneration`'s language model, or a
+block-diffusion checkpoint's causal body (`encoder=`: DiffusionGemma's encoder + LM head, Nemotron-Labs-Diffusion's
+`encoder` + `diffusion_head` given as `head=`): the same weights decoding autoregressively.
 """
 
 from __future__ import annotations
@@ -17,17 +18,21 @@ PREFILL_CHUNK = 512  # positions per prefill forward (the sliding layers' ring h
 class CausalLM:
     """A causal LM over per-row KV slots (see the module docstring for what it wraps)."""
 
-    def __init__(self, model, encoder=None):
+    def __init__(self, model, encoder=None, head=None):
         self.model = model
-        inner = model.model  # *ForCausalLM: the text model; *ForConditionalGeneration: its language model
-        self.body = encoder if encoder is not None else getattr(inner, "language_model", inner)
+        if encoder is None:
+            inner = model.model  # *ForCausalLM: the text model; *ForConditionalGeneration: its language model
+            encoder = getattr(inner, "language_model", inner)
+        self.body, self.head = encoder, head if head is not None else model.lm_head
         self.text_config = model.config.get_text_config()
         self.softcap = getattr(self.text_config, "final_logit_softcapping", None)
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
         self.vocab_size = self.text_config.vocab_size
         self.embed = model.get_input_embeddings()
-        self.row_indexed = slot_attention.install(model)
+        # the body may carry a config of its own (a deep copy in Nemotron-Labs-Diffusion): switch both
+        own = getattr(self.body, "config", model.config)
+        self.row_indexed = slot_attention.install(model) and (own is model.config or slot_attention.install(self.body))
 
     def new_cache(self, rows: int, capacity: int, max_chunk: int) -> SlotCache:
         return SlotCache(self.text_config, rows, capacity, max_chunk, self.dtype, self.device, self.row_indexed)
@@ -41,9 +46,11 @@ class CausalLM:
         cache.begin(rows, starts, n, real)
         positions = torch.tensor(starts, device=self.device)[:, None] + torch.arange(n, device=self.device)
         masks = cache.masks(positions, self.dtype)
+        if not getattr(self.text_config, "layer_types", None):  # one attention kind: the model takes one mask
+            (masks,) = masks.values()
         out = self.body(input_ids=ids, attention_mask=masks, position_ids=positions, past_key_values=cache)
         return out.last_hidden_state
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        x = self.model.lm_head(hidden).float()
+        x = self.head(hidden).float()
         return x.div_(self.softcap).tanh_().mul_(self.softcap) if self.softcap else x

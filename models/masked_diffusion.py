@@ -4,12 +4,15 @@ The model is any module taking `input_ids`, a 4D float `attention_mask` (0 seen,
 `additive`) and `position_ids` and returning `.logits` (the contract diffusers' LLaDA2Pipeline relies on).
 Attention is chosen by config, never guessed:
 `block_causal` (LLaDA 2.x, SDAR: a query in block i sees keys in blocks <= i; blocks are aligned at absolute
-position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dream). Three context paths
-(`context`, recorded in `describe()`):
+position 0, prompt included, as in LLaDA2Pipeline), `bidirectional` (LLaDA, Dream) or `prefix_causal`
+(Nemotron-Labs-Diffusion's block diffusion with a causal context: everything before the current block is encoded
+causally, as an AR model reads it, the current block attends that context and itself bidirectionally; blocks start
+at the prompt's end and each block's first token is the AR prediction of the position before it, `ar_seeded`).
+Three context paths (`context`, recorded in `describe()`):
 
 - `recompute`: every step runs the row's whole prefix plus its current block (LLaDA2Pipeline's way; exact).
-- `cache`: block-causal models only. A committed block's K/V never change, so they are kept per row and a step
-  runs only the current block, plus the positions committed since the row's last step (the prompt's whole
+- `cache`: block-causal and prefix-causal models only. A committed block's K/V never change, so they are kept per
+  row and a step runs only the current block, plus the positions committed since the row's last step (the prompt's whole
   blocks at its first step, the previous block at the first step of a block): no extra forward. Exact. The K/V
   live in `models.row_cache.RowCache` (preallocated per-row slots, slot = position): the model's attention
   writes a step's new K/V in place and attends the rows' slots, so no step copies the cached prefix.
@@ -18,18 +21,28 @@ position 0, prompt included, as in LLaDA2Pipeline) or `bidirectional` (LLaDA, Dr
 
 `shifted_logits` (Dream): logits at position i predict token i + 1 (recompute path only).
 
+The decode layout is the family's own, named in its yaml (`harness.engine.masked` follows it): `canvas: block` runs
+the prefix and the current block (LLaDA2Pipeline), `canvas: answer` the whole answer with later blocks' positions as
+mask tokens (LLaDA's generate.py, Dream's diffusion_generate: a bidirectional model sees them; recompute path
+only); `block_origin: absolute` aligns blocks at position 0 (LLaDA 2.x), `prompt` at the prompt's end (LLaDA, Dream);
+`block_length: answer` makes the whole answer one block (Dream). `schedule` and `confidence` are the family's fill
+schedule and ranking (`samplers.masked`), the defaults a sampler's null ones take.
+
 What a model's own forward takes is read from its signature, not assumed: `position_ids` are passed where it takes
 them (LLaDA 8B's remote code does not; it numbers positions 0 .. T - 1 itself, so it runs on the recompute path
 only), `logits_to_keep` or `num_logits_to_keep` (Dream) where it takes one. Remote code that reads the mask its own
 way is configured, never guessed: `mask_form: bool` passes True = seen (SDAR calls `.bool()` on the mask, which
 would invert the additive form), and `forward_kwargs` go to every forward (SDAR writes its cache only with
-`store_kv: true`). docs/masked.md lists what each hub model's remote code needs, checked against its source.
+`store_kv: true`); `module_attrs` are set on every submodule that has them after loading (Nemotron-Labs-Diffusion
+switches each attention between its modes with a `diffusion_lm` flag and drops any mask in diffusion mode: set
+false, it attends as our mask says). docs/masked.md lists what each hub model's remote code needs, checked against
+its source.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +54,15 @@ from contract.paths import resolve_model_ref
 from contract.text import Prompt, default_eos_ids, encode_prompt
 from models import remote_compat
 from models.row_cache import RowCache
+from samplers.masked import CONFIDENCES, SCHEDULES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
-ATTENTIONS = ("block_causal", "bidirectional")
+ATTENTIONS = ("block_causal", "bidirectional", "prefix_causal")
 CONTEXTS = ("recompute", "cache", "prefix_cache")
 MASK_FORMS = ("additive", "bool")
+CANVASES = ("block", "answer")
+BLOCK_ORIGINS = ("absolute", "prompt")
+ANSWER_BLOCK = "answer"  # model.block_length: the whole answer is one block (Dream)
 # the adapter's own forward arguments: `forward_kwargs` may not set them
 OWN_KWARGS = {"input_ids", "attention_mask", "position_ids", "past_key_values", "use_cache"}
 OWN_KWARGS |= {"logits_to_keep", "num_logits_to_keep"}
@@ -56,11 +73,19 @@ def check_masked_model(
     attention: str,
     context: str,
     shifted_logits: bool,
-    block_length: int | None = None,
+    block_length: int | str | None = None,
     mask_form: str = "additive",
     forward_kwargs: Any = None,
+    layout: DecodeLayout | None = None,
+    module_attrs: Any = None,
 ) -> None:
     """The adapter's own knobs; run before loading (harness.runner.configs) and again by the adapter."""
+    layout = layout or DecodeLayout()
+    if module_attrs is not None and (
+        not hasattr(module_attrs, "items")
+        or not all(isinstance(k, str) and isinstance(v, bool | int | float | str) for k, v in module_attrs.items())
+    ):
+        raise ValueError(f"model.module_attrs: must map attribute names to scalars, got {module_attrs!r}")
     if mask_form not in MASK_FORMS:
         raise ValueError(f"model.mask_form: must be one of {MASK_FORMS}, got {mask_form!r}")
     if forward_kwargs is not None:
@@ -72,7 +97,12 @@ def check_masked_model(
         raise ValueError(f"model.attention: must be one of {ATTENTIONS}, got {attention!r}")
     if context not in CONTEXTS:
         raise ValueError(f"model.context: must be one of {CONTEXTS}, got {context!r}")
-    if context == "cache" and attention != "block_causal":
+    if attention == "prefix_causal" and context != "cache":
+        raise ValueError(
+            f"model.context={context}: attention=prefix_causal runs on context=cache only (its context is encoded "
+            "causally once, as Nemotron-Labs-Diffusion's own generate keeps it in its KV cache)"
+        )
+    if context == "cache" and attention not in ("block_causal", "prefix_causal"):
         raise ValueError(
             "model.context=cache is exact only for block-causal models; a bidirectional model's prefix K/V change "
             "with every later token: use context=recompute, or context=prefix_cache (approximate, Fast-dLLM)"
@@ -81,8 +111,58 @@ def check_masked_model(
         raise ValueError("model.context=prefix_cache is the approximation for bidirectional models; use context=cache")
     if shifted_logits and context != "recompute":
         raise ValueError("model.shifted_logits: only with model.context=recompute (the cached paths run no prefix)")
-    if block_length is not None and (not isinstance(block_length, int) or block_length < 1):
-        raise ValueError(f"model.block_length: must be null or an integer >= 1, got {block_length!r}")
+    layout.check(attention, context)
+    if block_length == ANSWER_BLOCK:
+        if layout.block_origin != "prompt":
+            raise ValueError(
+                "model.block_length=answer (one block from the prompt's end) needs model.block_origin=prompt"
+            )
+    elif block_length is not None and (not isinstance(block_length, int) or block_length < 1):
+        raise ValueError(f"model.block_length: must be null, 'answer' or an integer >= 1, got {block_length!r}")
+
+
+@dataclass(frozen=True)
+class DecodeLayout:
+    """How the family's own generation lays out and fills the answer (module docstring); defaults: LLaDA2Pipeline."""
+
+    canvas: str = "block"
+    block_origin: str = "absolute"
+    schedule: str = "even"
+    confidence: str = "prob"
+
+    def check(self, attention: str, context: str) -> None:
+        for key, allowed in (("canvas", CANVASES), ("block_origin", BLOCK_ORIGINS), ("schedule", SCHEDULES)):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"model.{key}: must be one of {allowed}, got {getattr(self, key)!r}")
+        if self.confidence not in CONFIDENCES:
+            raise ValueError(f"model.confidence: must be one of {CONFIDENCES}, got {self.confidence!r}")
+        if self.canvas == "answer" and (attention != "bidirectional" or context != "recompute"):
+            raise ValueError(
+                "model.canvas=answer: the later blocks' masks are seen only by a bidirectional model recomputing "
+                f"the whole canvas (model.attention=bidirectional, model.context=recompute), got {attention}, {context}"
+            )
+        if self.block_origin == "prompt" and attention == "block_causal":
+            raise ValueError(
+                "model.block_origin=prompt: a block-causal model attends in blocks aligned at position 0; "
+                "use block_origin=absolute"
+            )
+        if attention == "prefix_causal" and self.block_origin != "prompt":
+            raise ValueError(
+                "model.block_origin: attention=prefix_causal opens each block at the end of what came before "
+                "(Nemotron-Labs-Diffusion's own generate): use block_origin=prompt"
+            )
+
+
+def set_module_attrs(model: torch.nn.Module, attrs: dict[str, Any]) -> dict[str, Any]:
+    """Set each attribute on every submodule that has it (a mode flag remote code reads per layer); an attribute
+    no submodule has is refused, naming the key (a renamed flag would otherwise be silently left as it was)."""
+    for name, value in attrs.items():
+        owners = [m for m in model.modules() if hasattr(m, name)]
+        if not owners:
+            raise ValueError(f"model.module_attrs.{name}: no submodule of {type(model).__name__} has it")
+        for m in owners:
+            setattr(m, name, value)
+    return attrs
 
 
 def block_mask(
@@ -123,6 +203,7 @@ class BlockQuery:
     prefix: list[int]
     block: list[int]
     valid_end: int
+    canvas_end: int = 0  # canvas=answer: the row runs to here, the positions past its block holding the mask id
 
     @property
     def start(self) -> int:
@@ -143,7 +224,7 @@ class MaskedDiffusionAdapter:
         attention: str = "block_causal",
         context: str = "recompute",
         mask_token_id: int | None = None,
-        block_length: int | None = None,
+        block_length: int | str | None = None,  # int, or 'answer' (one block: the whole answer)
         shifted_logits: bool = False,
         trust_remote_code: bool = False,
         auto_class: str = "causal_lm",
@@ -154,8 +235,16 @@ class MaskedDiffusionAdapter:
         attn_implementation: str | None = None,
         mask_form: str = "additive",
         forward_kwargs: dict[str, Any] | None = None,
+        canvas: str = "block",
+        block_origin: str = "absolute",
+        schedule: str = "even",
+        confidence: str = "prob",
+        module_attrs: dict[str, Any] | None = None,
     ):
-        check_masked_model(attention, context, shifted_logits, block_length, mask_form, forward_kwargs)
+        self.layout = DecodeLayout(canvas, block_origin, schedule, confidence)
+        check_masked_model(
+            attention, context, shifted_logits, block_length, mask_form, forward_kwargs, self.layout, module_attrs
+        )
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
         if auto_class not in AUTO_CLASSES:
@@ -170,6 +259,7 @@ class MaskedDiffusionAdapter:
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         model = AUTO_CLASSES[auto_class].from_pretrained(path, **kwargs).eval().to(device)
+        self.module_attrs = set_module_attrs(model, dict(module_attrs or {}))
         tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
         self.attention, self.context, self.shifted_logits = attention, context, shifted_logits
         self.mask_form, self.forward_kwargs = mask_form, dict(forward_kwargs or {})
@@ -222,13 +312,22 @@ class MaskedDiffusionAdapter:
             "context_exact": self.context != "prefix_cache",
             "shifted_logits": self.shifted_logits,
             "mask_form": self.mask_form,
+            "module_attrs": getattr(self, "module_attrs", {}),
+            "ar_seeded": self.ar_seeded,
             "forward_kwargs": self.forward_kwargs,
             "position_ids": self.takes_positions,
             "mask_token_id": self.mask_id,
             "block_length": self.block_length,
+            **asdict(self.layout),
             "vocab_size": self.vocab_size,
             "parameters": sum(p.numel() for p in self.model.parameters()),
         }
+
+    @property
+    def ar_seeded(self) -> bool:
+        """Blocks start at the prompt's end and a block's first token is the AR prediction of the position before it
+        (`prefix_causal`): the decoder commits it alone at the block's first forward (harness/engine/masked.py)."""
+        return self.attention == "prefix_causal"
 
     # ----------------------------------------------------------------------------------------------
 
@@ -261,7 +360,7 @@ class MaskedDiffusionAdapter:
 
     def _recompute(self, queries: list[BlockQuery], block: int) -> torch.Tensor:
         dev = self.device
-        seqs = [q.prefix + q.block for q in queries]
+        seqs = [q.prefix + q.block + [self.mask_id] * (q.canvas_end - q.start - len(q.block)) for q in queries]
         w = max(map(len, seqs))
         ids = torch.tensor([s + [self.mask_id] * (w - len(s)) for s in seqs], device=dev)
         pos = torch.arange(w, device=dev).expand(len(seqs), -1)
@@ -312,12 +411,25 @@ class MaskedDiffusionAdapter:
         lim = torch.tensor(lims[:m], device=dev)[:, None]
         if self.attention == "block_causal":
             lim = torch.minimum(lim, (qpos[:m] // block + 1) * block)
+        elif self.attention == "prefix_causal":  # a context query sees up to itself, a block query all before lim
+            starts = torch.tensor([q.start for q in queries[:m]], device=dev)[:, None]
+            lim = torch.where(qpos[:m] < starts, qpos[:m] + 1, lim)
         slot = torch.arange(cache.span, device=dev)
         mask = ((slot < lim[..., None]) | (slot == qpos[:m, :, None]))[:, None]
         ids = torch.tensor(ids, device=dev)
-        logits = self._call(ids, qpos, mask, block, past_key_values=cache, use_cache=True)
+        keep = block + int(self.ar_seeded and w > block)
+        logits = self._call(ids, qpos, mask, keep, past_key_values=cache, use_cache=True)
         cache.advance(rows, [len(p) for p in pend])
-        return logits
+        return self._seeded(logits, [len(p) > 0 for p in pend]) if keep > block else logits
+
+    def _seeded(self, logits: torch.Tensor, opening: list[bool]) -> torch.Tensor:
+        """The block's logits; a row opening its block (its context up to the block runs in this forward, the
+        previous block or the prompt) gets for column 0 the causal logits of the position before the block: the AR
+        prediction that opens every block of `prefix_causal` decoding."""
+        out = logits[:, 1:]
+        opening = torch.tensor(opening, device=logits.device)
+        out[:, 0] = torch.where(opening[:, None], logits[:, 0], out[:, 0])
+        return out
 
 
 class ReferenceModel(torch.nn.Module):

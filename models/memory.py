@@ -78,11 +78,12 @@ class _Layer:
 # ---------------------------------------------------------------------------------------------- config
 
 
-def load_config(path_or_hub_id: str, revision: str | None = None):
-    """The model's `transformers` config: a local folder works offline, a hub id when cached (or online)."""
+def load_config(path_or_hub_id: str, revision: str | None = None, trust_remote_code: bool = False):
+    """The model's `transformers` config: a local folder works offline, a hub id when cached (or online); a remote
+    config class (`auto_map`) only where the model yaml trusts remote code."""
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(path_or_hub_id, revision=revision)
+    return AutoConfig.from_pretrained(path_or_hub_id, revision=revision, trust_remote_code=trust_remote_code)
 
 
 def text_config_of(config):
@@ -111,11 +112,16 @@ def count_parameters(config) -> int:
     """
     import torch
 
+    auto_map = getattr(config, "auto_map", None) or {}
     with torch.device("meta"):
         if getattr(config, "model_type", None) == "diffusion_gemma":
             from transformers import DiffusionGemmaForBlockDiffusion
 
             model = DiffusionGemmaForBlockDiffusion(config)
+        elif "AutoModel" in auto_map and "AutoModelForCausalLM" not in auto_map:
+            from transformers import AutoModel  # remote code mapping its base class only (Nemotron-Labs-Diffusion)
+
+            model = AutoModel.from_config(config, trust_remote_code=True)  # its config loaded as trusted already
         else:
             from transformers import AutoModelForCausalLM
 

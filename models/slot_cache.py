@@ -56,8 +56,11 @@ class SlotCache:
             raise ValueError(f"rows, capacity and max_chunk must be >= 1, got {rows}, {capacity}, {max_chunk}")
         self.rows, self.max_chunk, self.dtype, self.device = rows, max_chunk, dtype, torch.device(device)
         self.row_indexed = row_indexed  # the model attends through `models.slot_attention`: no row gathers
-        self.layer_types: list[str] = list(config.layer_types)
         window = getattr(config, "sliding_window", None)
+        # a config without layer types (Mistral / Ministral 3's) has one attention for all layers: its window's
+        kinds = getattr(config, "layer_types", None)
+        kinds = kinds or ["sliding_attention" if window else "full_attention"] * config.num_hidden_layers
+        self.layer_types: list[str] = list(kinds)
         self.window = window
         self.ring = window - 1 + max_chunk if window else None
         self.capacity = capacity

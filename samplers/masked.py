@@ -11,8 +11,13 @@ or re-masks it (`remask_ratio`). One rule, `refine`, covers the family; the conf
 - `fast_dllm_masked`: Fast-dLLM's parallel decoding: every position with confidence > `threshold`, at least one.
 - `remdm`: the LLaDA rule plus ReMDM-style re-masking of the `remask_ratio` least confident committed tokens.
 
-A step's share is diffusers' even split of the block over `min(steps_per_block, max_new_tokens // minimal_topk)`
-steps. Tokens are the argmax (`temperature` 0) or drawn from the temperature / top-k / top-p distribution by
+A step's share follows `schedule` (null: the model's own, `model.schedule`): `even`, the block split evenly over
+`min(steps_per_block, max_new_tokens // minimal_topk)` steps (diffusers; LLaDA's get_num_transfer_tokens), or
+`dream`, Dream's `diffusion_generate` rule (`int(masks_left * (1 - s / t))` with t, s on linspace(1, eps, steps + 1),
+all that are left at the last step). Which masked positions take the share is ranked by `confidence` (null: the
+model's own): `prob` (the drawn token's probability: diffusers, LLaDA, Dream's maskgit_plus), `margin` (top-1 minus
+top-2 probability: Dream's topk_margin) or `entropy` (minus the entropy: Dream's entropy); `threshold` always reads
+the probability. Tokens are the argmax (`temperature` 0) or drawn from the temperature / top-k / top-p distribution by
 inverse CDF with the counter-based uniforms of `samplers.streams` (batch-invariant). Validation runs in
 `__post_init__`, before any model loads, and names the key. torch is imported lazily for that reason.
 """
@@ -29,6 +34,9 @@ if TYPE_CHECKING:
     import torch
 
 FAMILY = "masked"
+SCHEDULES = ("even", "dream")
+CONFIDENCES = ("prob", "margin", "entropy")
+DREAM_EPS = 1e-3  # Dream's DreamGenerationConfig default `eps` (its generation_config.json sets none)
 
 
 def _require(ok: bool, key: str, msg: str) -> None:
@@ -63,6 +71,8 @@ class MaskedSamplerConfig:
     family: str = FAMILY  # tells the config checks this sampler is for masked models
     cap_at_block: bool = False  # steps <= block length (see steps_for)
     capture_trajectory: bool = False  # record each step's block and filled positions (evals.corrections, films)
+    schedule: str | None = None  # even | dream; null: the model's own (model.schedule)
+    confidence: str | None = None  # prob | margin | entropy: what ranks the share; null: the model's own
 
     def __post_init__(self) -> None:
         self.validate()
@@ -94,6 +104,9 @@ class MaskedSamplerConfig:
             "max_post_steps",
             f"must be an integer >= 0, got {self.max_post_steps!r}",
         )
+        for key, allowed in (("schedule", SCHEDULES), ("confidence", CONFIDENCES)):
+            value = getattr(self, key)
+            _require(value is None or value in allowed, key, f"must be null or one of {allowed}, got {value!r}")
         self._validate_draw()
 
     def _validate_draw(self) -> None:
@@ -194,6 +207,34 @@ def transfer_schedule(block_length: int, steps: int) -> list[int]:
     return [base + (i < rem) for i in range(steps)]
 
 
+def dream_share(masks_left: int, step: int, steps: int) -> int:
+    """Dream's `diffusion_generate` count for step `step` of `steps`: `int(masks_left * (1 - s / t))` in float32
+    (its tensors' dtype) with t, s = timesteps[step], timesteps[step + 1] of linspace(1, DREAM_EPS, steps + 1); every
+    mask left at the last step."""
+    import torch
+
+    if step >= steps - 1:
+        return masks_left
+    ts = torch.linspace(1, DREAM_EPS, steps + 1)
+    return int(torch.tensor(float(masks_left)) * (1 - ts[step + 1] / ts[step]))
+
+
+def confidence_of(logits: torch.Tensor, cfg: MaskedSamplerConfig, prob: torch.Tensor, kind: str) -> torch.Tensor:
+    """(B, L) what ranks the masked positions: `prob` the drawn token's probability (as `draw` returns it), `margin`
+    top-1 minus top-2 probability, `entropy` minus the entropy (Dream's sample_tokens: sum p log(p + 1e-10)), both of
+    the distribution the token was drawn from (temperature, top-k, top-p applied when temperature > 0)."""
+    import torch
+
+    if kind == "prob":
+        return prob
+    x = logits if cfg.temperature == 0 else filtered_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+    probs = torch.softmax(x.float(), dim=-1)
+    if kind == "margin":
+        top = probs.topk(2, dim=-1).values
+        return top[..., 0] - top[..., 1]
+    return (probs * torch.log(probs + 1e-10)).sum(-1)
+
+
 def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
     """Temperature, then top-k, then top-p; filtered entries set to the dtype's minimum (as diffusers)."""
     import torch
@@ -239,17 +280,19 @@ def refine(
     mask_id: int,
     threshold: float | None,
     editing_threshold: float | None,
+    rank_by: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One refinement step for rows at their own steps: (new block, filled (B, L), edited (B, L)).
 
-    `n_fill` (B,) is each row's share this step; a row fills every masked position with confidence > threshold
-    when at least its share are, else its share's most confident masked ones. `editable` (B, L) marks the
-    positions editing may replace (the block's non-prompt positions)."""
+    `n_fill` (B,) is each row's share this step; a row fills every masked position with probability > threshold
+    when at least its share are, else its share's most confident masked ones (ranked by `rank_by`, default the
+    probability). `editable` (B, L) marks the positions editing may replace (the block's non-prompt positions)."""
     import torch
 
     active = block == mask_id
-    conf = torch.where(active, probs.float(), torch.full_like(probs, -math.inf, dtype=torch.float32))
-    high = conf > (math.inf if threshold is None else threshold)
+    hidden = torch.full_like(probs, -math.inf, dtype=torch.float32)
+    high = torch.where(active, probs.float(), hidden) > (math.inf if threshold is None else threshold)
+    conf = torch.where(active, (probs if rank_by is None else rank_by).float(), hidden)
     k = torch.minimum(n_fill, active.sum(-1))
     order = conf.argsort(dim=-1, descending=True, stable=True)
     rank = torch.empty_like(order).scatter_(

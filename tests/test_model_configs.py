@@ -12,10 +12,13 @@ from omegaconf import OmegaConf
 
 from models.diffusion_gemma import DiffusionGemmaAdapter
 from models.diffusion_gemma_ar import DiffusionGemmaARDecoder
+from models.masked_ar import MaskedARDecoder
+from models.masked_diffusion import MaskedDiffusionAdapter
 from tests.helpers.app import compose_app
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-FORWARDS = {DiffusionGemmaARDecoder: DiffusionGemmaAdapter}  # **kwargs handed to another class's constructor
+# **kwargs handed to another class's constructor
+FORWARDS = {DiffusionGemmaARDecoder: DiffusionGemmaAdapter, MaskedARDecoder: MaskedDiffusionAdapter}
 
 
 def _parameters(cls) -> set[str]:

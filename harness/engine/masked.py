@@ -9,11 +9,19 @@
     retire  rows whose sequence ended (EOS, stop string, length) leave; their rows are refilled next step
     (pack: nothing; a step runs only the busy rows, whose cached K/V it reads by row)
 
-A row's blocks are LLaDA2Pipeline's: aligned at absolute position 0 (the prompt included), `ceil((prompt +
-max_new_tokens) / L)` of them, positions past prompt + max_new_tokens hidden from attention, and one row decodes
-exactly as LLaDA2Pipeline decodes it alone (tests/test_masked_decode.py): same schedule, same rule, same EOS
-check, same block-end rule. The one difference is a forward the pipeline spends and we do not: with editing off,
-the pipeline runs one more forward after a block's last mask is filled, which changes nothing.
+A row's blocks follow the model's layout (`models.masked_diffusion.DecodeLayout`). `block_origin: absolute`
+(LLaDA2Pipeline's): aligned at position 0 (the prompt included), `ceil((prompt + max_new_tokens) / L)` of them,
+positions past prompt + max_new_tokens hidden from attention; one row decodes exactly as LLaDA2Pipeline decodes it
+alone (tests/test_masked_decode.py): same schedule, same rule, same EOS check, same block-end rule, less a forward
+the pipeline spends after a block's last mask with editing off, which changes nothing. `block_origin: prompt`
+(LLaDA's generate.py, Dream's diffusion_generate): blocks start at the prompt's end, the last one ends at prompt +
+max_new_tokens (shorter when the answer is not a multiple of L), and an `even` schedule splits the block's masks
+(LLaDA's get_num_transfer_tokens); `block_length: answer`: one block, the whole answer (Dream). `canvas: answer`
+runs each step over the whole answer, the later blocks' positions as masks (tests/test_bidirectional_families.py).
+Rows in one step whose blocks differ in length are padded with a filler token that is no mask and hidden.
+An AR-seeded model (`ar_seeded`, Nemotron-Labs-Diffusion: `attention: prefix_causal`, blocks from the prompt's
+end) commits a block's first token alone at its first forward, the model's AR prediction
+(tests/test_nemotron_diffusion.py).
 Random numbers: `samplers.streams` uniforms keyed by (sample seed, block index, forward in the block, position).
 TPF: valid output tokens / denoising forwards (`nfe`), the one rule of `contract.records`.
 """
@@ -23,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -33,9 +41,17 @@ from contract.decoding import DecoderKind
 from contract.records import GenerationRequest, GenerationResult, check_request
 from contract.text import cut_at_stop
 from harness.engine import loop
-from models.masked_diffusion import BlockQuery
+from models.masked_diffusion import ANSWER_BLOCK, BlockQuery, DecodeLayout
 from samplers import streams
-from samplers.masked import MaskedSamplerConfig, draw, refine, remask, transfer_schedule
+from samplers.masked import (
+    MaskedSamplerConfig,
+    confidence_of,
+    draw,
+    dream_share,
+    refine,
+    remask,
+    transfer_schedule,
+)
 
 
 @dataclass
@@ -50,7 +66,10 @@ class _Row:
     prompt_len: int
     gen_end: int  # prompt + max_new_tokens: later positions are hidden and never returned
     end: int  # the last block's end
-    schedule: list[int]
+    origin: int  # where block 0 starts: 0 (absolute) or the prompt's end
+    width: int  # the block length (a last block may be shorter)
+    steps: int  # refinement steps per block
+    schedule: list[int] = field(default_factory=list)  # the even schedule's shares (the dream schedule: none)
     step_idx: int = 0  # steps with masks left, as LLaDA2Pipeline counts them
     post_steps: int = 0  # editing forwards after the block's last mask
     forwards: int = 0  # forwards in this block (the random stream's step key)
@@ -60,7 +79,7 @@ class _Row:
 
     @property
     def block_index(self) -> int:
-        return len(self.seq) // len(self.block)
+        return (len(self.seq) - self.origin) // self.width
 
 
 @dataclass
@@ -95,13 +114,23 @@ class MaskedDiffusionDecoder:
         self.model, self.sampler, self.tokenizer = model, sampler, model.tokenizer
         # a block-causal model attends in the decode's blocks (as LLaDA 2.x's own generate builds its mask)
         self.block_length = sampler.block_length or model.block_length
+        own = getattr(model, "layout", DecodeLayout())
+        self.layout = DecodeLayout(
+            own.canvas, own.block_origin, sampler.schedule or own.schedule, sampler.confidence or own.confidence
+        )
+        self.filler = model.pad_id if model.pad_id >= 0 and model.pad_id != model.mask_id else 0
+        self.seeded = getattr(model, "ar_seeded", False)
 
     def encode(self, prompt) -> list[int]:
         return self.model.encode(prompt)
 
     def describe(self) -> dict:
         knobs = self.sampler.knobs()
-        return {**self.model.describe(), "label": self.label, "sampler": knobs, "decode_block": self.block_length}
+        decode = {**asdict(self.layout), "block_length": self.block_length}
+        return {
+            **self.model.describe(), "label": self.label, "sampler": knobs, "decode_block": self.block_length,
+            "decode": decode,
+        }  # fmt: skip
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         out = {r.sample_id: r for r in self.stream(requests, batch_size=max(1, len(requests)))}
@@ -128,30 +157,43 @@ class MaskedDiffusionDecoder:
 
     def _start(self, req: GenerationRequest) -> _Row:
         check_request(req)
-        n, p, mask = self.block_length, len(req.prompt_ids), self.model.mask_id
-        start = p // n * n
+        p, mask = len(req.prompt_ids), self.model.mask_id
+        n = req.max_new_tokens if self.block_length == ANSWER_BLOCK else self.block_length
         gen_end = p + req.max_new_tokens
+        if self.layout.block_origin == "prompt":  # an AR-seeded model's last block runs whole, as its own generate
+            origin, start, end = p, p, (p + -(-req.max_new_tokens // n) * n if self.seeded else gen_end)
+        else:
+            origin, start, end = 0, p // n * n, -(-gen_end // n) * n
         res = GenerationResult(req.sample_id, [], "", 0, prompt_tokens=p)
         steps = self.sampler.steps_for(req.max_new_tokens, n)
         tail = list(req.prompt_ids[start:])
-        block = tail + [mask] * (n - len(tail))
-        return _Row(
-            req, res, time.perf_counter(), list(req.prompt_ids[:start]), block, p, gen_end,
-            -(-gen_end // n) * n, transfer_schedule(n, steps),
-        )  # fmt: skip
+        block = tail + [mask] * (min(n, end - start) - len(tail))
+        prefix = list(req.prompt_ids[:start])
+        row = _Row(req, res, time.perf_counter(), prefix, block, p, gen_end, end, origin, n, steps)
+        self._plan(row)
+        return row
+
+    def _plan(self, r: _Row) -> None:
+        """The block's even schedule: the block length split (diffusers; with origin prompt a block holds masks
+        only, so that is LLaDA's split of its masks). The dream schedule is computed step by step (`_share`)."""
+        masks = len(r.block) - self.seeded  # an AR-seeded block's first token is committed outside the schedule
+        r.schedule = transfer_schedule(masks, r.steps) if self.layout.schedule == "even" else []
 
     # ----------------------------------------------------------------------------------------------
     # step
 
     def step(self, batch: _Batch, busy: list[int]) -> _StepOut:
         """One forward for every busy row, then the draw and the fill / edit / re-mask rule, then one host read."""
-        cfg, model, n, dev = self.sampler, self.model, self.block_length, self.model.device
+        cfg, model, dev = self.sampler, self.model, self.model.device
         state, rows, at = batch.state, [batch.rows[i] for i in busy], busy
         mask = model.mask_id
         for r in rows:
             if mask not in r.block:
                 r.post_steps += 1
-        queries = [BlockQuery(i, r.seq, r.block, r.gen_end) for i, r in zip(at, rows, strict=True)]
+        n = max(len(r.block) for r in rows)  # rows with a shorter block: filler (no mask, hidden) to the right
+        blocks = [r.block + [self.filler] * (n - len(r.block)) for r in rows]
+        ends = [r.gen_end if self.layout.canvas == "answer" else 0 for r in rows]
+        queries = [BlockQuery(i, r.seq, b, r.gen_end, e) for i, r, b, e in zip(at, rows, blocks, ends, strict=True)]
         logits = model.forward(state, queries, n)
         u = None
         if cfg.temperature > 0:
@@ -159,35 +201,45 @@ class MaskedDiffusionDecoder:
             seed, canvas, step = torch.tensor(key, dtype=torch.long, device=dev)
             u = streams.uniforms(seed, canvas, step, n)
         tok, prob = draw(logits, cfg, u)
-        block = torch.tensor([r.block for r in rows], device=dev)
+        rank = confidence_of(logits, cfg, prob, self.layout.confidence)
+        block = torch.tensor(blocks, device=dev)
         start = torch.tensor([len(r.seq) for r in rows], device=dev)[:, None] + torch.arange(n, device=dev)
         editable = start >= torch.tensor([r.prompt_len for r in rows], device=dev)[:, None]
-        shares = [self._share(r) for r in rows]
-        new, fill, edit = refine(
-            block, tok, prob, torch.tensor(shares, device=dev), editable, mask, cfg.threshold, cfg.editing_threshold
-        )
+        editable &= torch.arange(n, device=dev) < torch.tensor([len(r.block) for r in rows], device=dev)[:, None]
+        shares = torch.tensor([self._share(r) for r in rows], device=dev)
+        new, fill, edit = refine(block, tok, prob, shares, editable, mask, cfg.threshold, cfg.editing_threshold, rank)
+        if self.seeded:  # a block's first forward commits its first token alone: the AR prediction
+            fresh = torch.tensor([[r.forwards == 0] for r in rows], device=dev)
+            first = torch.zeros_like(fill)
+            first[:, 0] = True
+            new = torch.where(fresh, torch.where(first, tok, block), new)
+            fill, edit = torch.where(fresh, first, fill), edit & ~fresh
         remasked = torch.zeros_like(fill)
         if cfg.remask_ratio > 0:
-            last = torch.tensor([r.step_idx + 1 >= len(r.schedule) for r in rows], device=dev)[:, None]
+            last = torch.tensor([r.step_idx + 1 >= r.steps for r in rows], device=dev)[:, None]
             before = (block != mask) & editable & ~last
             out = remask(new, logits, before, cfg.remask_ratio, mask)
             remasked = out != new
             new = out
         host = torch.cat([new, fill | edit, fill.sum(-1, keepdim=True), edit.sum(-1, keepdim=True)], dim=1)
         host = torch.cat([host.long(), remasked.sum(-1, keepdim=True)], dim=1).cpu().tolist()  # the one read
+        size = [len(r.block) for r in rows]
         return _StepOut(
-            [h[:n] for h in host], [[bool(x) for x in h[n : 2 * n]] for h in host],
+            [h[:m] for h, m in zip(host, size, strict=True)],
+            [[bool(x) for x in h[n : n + m]] for h, m in zip(host, size, strict=True)],
             [h[2 * n] for h in host], [h[2 * n + 1] for h in host], [h[2 * n + 2] for h in host],
         )  # fmt: skip
 
     def _share(self, r: _Row) -> int:
-        """This step's fill share: the schedule's (clamped at its last step, as diffusers); with re-masking at least
-        the masks left over the steps left, so the block ends filled."""
-        s = min(r.step_idx, len(r.schedule) - 1)
-        share = r.schedule[s]
+        """This step's fill share: the even schedule's (clamped at its last step, as diffusers) or Dream's count of
+        the masks left; with re-masking at least the masks left over the steps left, so the block ends filled."""
+        s = min(r.step_idx, r.steps - 1)
+        left = r.block.count(self.model.mask_id)
+        share = r.schedule[s] if r.schedule else dream_share(left, s, r.steps)
+        if self.seeded and self.sampler.threshold is not None:
+            share = max(share, 1)  # an AR-seeded model's own threshold rule always takes the most confident one
         if self.sampler.remask_ratio > 0:
-            left = r.block.count(self.model.mask_id)
-            share = max(share, math.ceil(left / max(1, len(r.schedule) - r.step_idx)))
+            share = max(share, math.ceil(left / max(1, r.steps - r.step_idx)))
         return share
 
     # ----------------------------------------------------------------------------------------------
@@ -202,6 +254,7 @@ class MaskedDiffusionDecoder:
         `check_block_should_continue` for one row, less its no-op forward (editing off, block filled)."""
         cfg, mask = self.sampler, self.model.mask_id
         had_masks = mask in r.block
+        seed_step = self.seeded and r.forwards == 0  # outside the schedule, as its own generate
         r.block = out.block[k]
         res = r.result
         res.nfe += 1
@@ -217,12 +270,12 @@ class MaskedDiffusionDecoder:
             res.extra["edited"] = res.extra.get("edited", 0) + out.edited[k]
         if cfg.eos_early_stop and self._eos_committed(r, out.changed[k]):
             r.finished = True
-        if had_masks:
+        if had_masks and not seed_step:
             r.step_idx += 1
         if r.finished:
             return True
         if had_masks:
-            capped = r.step_idx >= len(r.schedule)
+            capped = r.step_idx >= r.steps
             done = capped or (mask not in r.block and not cfg.editing)
         else:
             capped = r.post_steps > cfg.max_post_steps
@@ -267,11 +320,12 @@ class MaskedDiffusionDecoder:
         if res.ttft_s is None and len(r.seq) + len(r.block) > r.prompt_len:
             res.ttft_s = time.perf_counter() - r.admitted
         r.seq = r.seq + r.block
-        r.block = [self.model.mask_id] * len(r.block)
         r.step_idx = r.post_steps = r.forwards = 0
         r.fills, r.remasks = [], []
         if len(r.seq) >= r.end:
             return True
+        r.block = [self.model.mask_id] * min(r.width, r.end - len(r.seq))
+        self._plan(r)
         if r.req.stop_strings:
             out = r.seq[r.prompt_len : r.gen_end]
             return cut_at_stop(self.tokenizer, out, self.model.eos_ids, r.req.stop_strings)[2] != "length"

@@ -126,6 +126,9 @@ def run_name(
         m.pop("adapter", None)  # runs without a LoRA adapter keep the identity they had before the key existed
     if not s.get("stream_after_stable"):
         s.pop("stream_after_stable", None)  # so do runs that do not stream
+    for k in ("schedule", "confidence"):  # and masked runs that take the model's own fill schedule and ranking
+        if s.get(k, "") is None:
+            s.pop(k)
     if s.get("verify", "off") == "off":  # and runs without hybrid verification
         for k in VERIFY_KNOBS:
             s.pop(k, None)
@@ -284,12 +287,13 @@ def check_family(model: DictConfig, sampler: DictConfig) -> None:
         raise ValueError(f"sampler={sampler.get('name')}: a masked sampler needs a masked model (model.kind=masked)")
     if kind != DecoderKind.MASKED:
         return
-    from models.masked_diffusion import check_masked_model
+    from models.masked_diffusion import DecodeLayout, check_masked_model
 
     attention, context = str(model.get("attention")), str(model.get("context"))
+    layout = DecodeLayout(**{k: model[k] for k in ("canvas", "block_origin", "schedule", "confidence") if k in model})
     check_masked_model(
         attention, context, bool(model.get("shifted_logits")), model.get("block_length"),
-        str(model.get("mask_form", "additive")), model.get("forward_kwargs"),
+        str(model.get("mask_form", "additive")), model.get("forward_kwargs"), layout, model.get("module_attrs"),
     )  # fmt: skip
     found = _checkpoint_fields(model)
     mask_id = model.get("mask_token_id", None)
@@ -302,7 +306,7 @@ def check_family(model: DictConfig, sampler: DictConfig) -> None:
     if not block:
         raise ValueError("model.block_length: not set, and the checkpoint's config has none")
     sb = sampler.get("block_length")
-    if sb and block % sb:
+    if sb and isinstance(block, int) and block % sb:
         raise ValueError(f"sampler.block_length: {sb} must divide the model's block length {block}")
 
 

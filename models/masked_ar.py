@@ -1,0 +1,56 @@
+"""A masked block-diffusion checkpoint decoding autoregressively: the same weights, their causal mode.
+
+Nemotron-Labs-Diffusion is trained for AR and block diffusion at once: its `encoder` body with causal attention and
+its `diffusion_head` are an ordinary causal LM (its own `ar_generate`: a causal prefill, then one single-token
+forward per new token over the KV cache, greedy or sampled). This decoder loads the checkpoint through
+`models.masked_diffusion.MaskedDiffusionAdapter` (the same yaml keys: remote code, `module_attrs` that put every
+attention in its causal mode) and runs the body and head on the continuous-batching AR engine of the other AR
+baselines (`models.ar_engine`, per-row KV slots). TPF = 1 by construction; the cut at EOS / stop strings is the
+shared rule. Greedy only (as `models.diffusion_gemma_ar`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from contract.decoding import DecoderKind
+from contract.records import GenerationRequest, GenerationResult, check_requests
+from contract.text import Prompt
+from models.ar_engine import AREngine
+from models.causal_lm import CausalLM
+from models.masked_diffusion import MaskedDiffusionAdapter
+from samplers.token_draw import TokenSampling
+
+
+class MaskedARDecoder:
+    """Greedy AR decoding of a masked checkpoint's causal body (`body`) and head (`head`); "ar-same-weights"."""
+
+    label = kind = DecoderKind.AR_SAME_WEIGHTS
+    resumable = True  # greedy: a sample does not depend on its batch
+
+    def __init__(self, body: str = "encoder", head: str = "diffusion_head", **adapter_kwargs: Any):
+        self.adapter = MaskedDiffusionAdapter(**adapter_kwargs)
+        self.tokenizer, model = self.adapter.tokenizer, self.adapter.model
+        for key, name in (("body", body), ("head", head)):
+            if not isinstance(getattr(model, name, None), torch.nn.Module):
+                raise ValueError(f"model.{key}: {type(model).__name__} has no submodule {name!r}")
+        self.body, self.head = body, head
+        lm = CausalLM(model, encoder=getattr(model, body), head=getattr(model, head))
+        self.engine = AREngine(lm, self.tokenizer, sorted(self.adapter.eos_ids), TokenSampling())
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        return self.adapter.encode(prompt)
+
+    def describe(self) -> dict[str, Any]:
+        mode = f"causal {self.body} + {self.head}, greedy"
+        return {**self.adapter.describe(), "decoder": str(self.label), "mode": mode, "engine": "continuous"}
+
+    def stream(self, requests, batch_size: int):
+        return self.engine.stream(requests, batch_size)
+
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        check_requests(requests)
+        out = {r.sample_id: r for r in self.stream(requests, batch_size=max(1, len(requests)))}
+        return [out[r.sample_id] for r in requests]
