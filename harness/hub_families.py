@@ -25,11 +25,14 @@ SIZES |= {"num_key_value_heads": 2, "head_dim": 16}
 
 @dataclass
 class Case:
-    """One decoding setting: new tokens and the sampler knobs (`harness.run` overrides and the routine's call)."""
+    """One decoding setting: new tokens, the sampler and its knobs (`harness.run` overrides; the routine's call reads
+    the same values), and the block length the routine is given: the shipped yaml's own (`harness.run` takes the yaml's,
+    never overridden), null where the routine has no blocks (Dream: the whole answer, as its yaml says)."""
 
     max_new_tokens: int
     sampler: str
     knobs: dict[str, Any] = field(default_factory=dict)
+    block_length: int | None = None
 
     def overrides(self) -> list[str]:
         return [f"sampler={self.sampler}", *(f"sampler.{k}={_hydra(v)}" for k, v in self.knobs.items())]
@@ -91,7 +94,7 @@ def own_llada2(model, ids: torch.Tensor, case: Case, mask_id: int, code_dir: Pat
         out = model.generate(
             inputs=ids,
             temperature=0.0,
-            block_length=k["block_length"],
+            block_length=case.block_length,
             steps=k["steps_per_block"],
             gen_length=case.max_new_tokens,
             threshold=k["threshold"],
@@ -127,7 +130,7 @@ def own_sdar(model, ids: torch.Tensor, case: Case, mask_id: int, code_dir: Path)
         {"input_ids": ids},
         mask_id,
         gen_length=case.max_new_tokens,
-        block_length=case.knobs["block_length"],
+        block_length=case.block_length,
         denoising_steps=case.knobs["steps_per_block"],
         temperature=1.0,
         remasking_strategy="low_confidence_static",
@@ -140,7 +143,7 @@ def own_llada(model, ids: torch.Tensor, case: Case, mask_id: int, code_dir: Path
     if not hasattr(model.config, "use_cache"):
         model.config.use_cache = json.loads((code_dir / "config.json").read_text()).get("use_cache", False)
     gen = load_routine_module(code_dir, "llada")
-    block = case.knobs["block_length"]
+    block = case.block_length
     x = gen.generate(
         model,
         ids,
@@ -158,9 +161,9 @@ def own_dream(model, ids: torch.Tensor, case: Case, mask_id: int, code_dir: Path
     """Its generation config is passed in: left to build its own, `DreamGenerationConfig.from_model_config` fails on
     transformers 5 ('GenerationConfig' object has no attribute 'eps'), a gap of the routine, not of our decode."""
     n = case.max_new_tokens
-    steps = case.knobs["steps_per_block"] * -(-n // case.knobs["block_length"])
+    steps = case.knobs["steps_per_block"]  # the whole answer is its one block
     gen_cfg = sys.modules[type(model).__module__].DreamGenerationConfig(
-        mask_token_id=mask_id, max_new_tokens=n, steps=steps, temperature=0.0, alg="maskgit_plus"
+        mask_token_id=mask_id, max_new_tokens=n, steps=steps, temperature=0.0, alg="entropy"
     )
     x = model.diffusion_generate(ids, generation_config=gen_cfg)
     x = getattr(x, "sequences", x)
@@ -173,8 +176,8 @@ LLADA2_EOS = 156892
 LLADA2_CASE = Case(
     40,
     "block_refinement",
-    {"block_length": 32, "steps_per_block": 32, "threshold": 0.95, "editing_threshold": 0.9, "max_post_steps": 16}
-    | {"eos_early_stop": True},
+    {"steps_per_block": 32, "threshold": 0.95, "editing_threshold": 0.9, "max_post_steps": 16, "eos_early_stop": True},
+    block_length=32,
 )
 
 FAMILIES: dict[str, HubFamily] = {
@@ -202,7 +205,7 @@ FAMILIES: dict[str, HubFamily] = {
             151669,
             [151643, 151645],
             SIZES | {"max_window_layers": 2},
-            Case(16, "low_confidence", {"block_length": 4, "steps_per_block": 4}),
+            Case(16, "low_confidence", {"steps_per_block": 4}, block_length=4),
             own_sdar,
             "generate.py: block_diffusion_generate (low_confidence_static, argmax)",
             "https://raw.githubusercontent.com/JetAstra/SDAR/c2041a8333333d685f6e15122c84f60f51f85ebd/generate.py",
@@ -215,7 +218,7 @@ FAMILIES: dict[str, HubFamily] = {
             126336,
             [126081],
             {"d_model": 64, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "mlp_hidden_size": 128},
-            Case(64, "low_confidence", {"block_length": 32, "steps_per_block": 8}),
+            Case(64, "low_confidence", {"steps_per_block": 8}, block_length=32),
             own_llada,
             "generate.py: generate (low_confidence)",
             "https://raw.githubusercontent.com/ML-GSAI/LLaDA/b7e6c3565f194352da44b38dd12b6970597309f3/generate.py",
@@ -228,9 +231,9 @@ FAMILIES: dict[str, HubFamily] = {
             151666,
             [151643],
             SIZES | {"max_window_layers": 2},
-            Case(32, "low_confidence", {"block_length": 32, "steps_per_block": 8}),
+            Case(32, "low_confidence", {"steps_per_block": 8}),
             own_dream,
-            "generation_utils.py: diffusion_generate (maskgit_plus)",
+            "generation_utils.py: diffusion_generate (alg=entropy, the model card's)",
         ),
     )
 }

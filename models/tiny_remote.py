@@ -123,11 +123,29 @@ def build_tiny_remote(
                 p.normal_(0.0, 0.1)
             elif FINAL_NORM.match(name):
                 p.mul_(sharpen)
+    if has_tokenizer(out):
+        silence_untokenized(model, out)
     state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    if not any((out / f).exists() for f in ("tokenizer.json", "vocab.json", "tokenizer.model")):
+    if not has_tokenizer(out):
         char_vocab_tokenizer(cfg["vocab_size"], mask_id, eos_ids).save_pretrained(out)
     return TinyRemote(out, model, mask_id, list(eos_ids))
+
+
+def has_tokenizer(folder: Path) -> bool:
+    return any((folder / f).exists() for f in ("tokenizer.json", "vocab.json", "tokenizer.model"))
+
+
+def silence_untokenized(model: torch.nn.Module, folder: Path) -> None:
+    """Zero the output rows of ids past the real tokenizer's last token (the vocabulary is padded: SDAR's 151,936 rows
+    over about 151,670 tokens). A trained model never predicts them; a random one would, and its text could not be
+    decoded. Zero rows score 0, below the largest of ~150k random logits."""
+    from transformers import AutoTokenizer
+
+    n = len(AutoTokenizer.from_pretrained(folder, trust_remote_code=True))
+    with torch.no_grad():
+        head = model.get_output_embeddings().weight
+        head[n:] = 0.0
 
 
 def buffer_report(loaded: torch.nn.Module, fresh: torch.nn.Module) -> tuple[bool, str]:

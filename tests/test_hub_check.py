@@ -88,7 +88,7 @@ def code_dir(tmp_path_factory):
 def standin(pick: str, name: str = "standin") -> HubFamily:
     def own(model, ids, case, mask_id, code_dir):
         gen = load_routine_module(code_dir, f"standin_{pick}")
-        return gen.generate(model, ids, mask_id, case.max_new_tokens, case.knobs["block_length"], pick=pick)
+        return gen.generate(model, ids, mask_id, case.max_new_tokens, case.block_length, pick=pick)
 
     return HubFamily(
         name=name,
@@ -99,7 +99,7 @@ def standin(pick: str, name: str = "standin") -> HubFamily:
         eos_ids=[EOS_ID],
         shrink={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
         | {"num_key_value_heads": 2, "head_dim": 16},
-        case=Case(10, "low_confidence", {"block_length": 4, "steps_per_block": 4, "eos_early_stop": False}),
+        case=Case(10, "low_confidence", {"steps_per_block": 4, "eos_early_stop": False}, block_length=4),
         own=own,
         routine=f"generate.py: generate(pick={pick})",
         model_overrides={"trust_remote_code": True},
@@ -171,7 +171,7 @@ def test_cut_at_eos_keeps_the_eos_and_the_limit():
 def test_a_decode_that_fails_in_harness_run_is_named_in_one_line(code_dir, tmp_path):
     """Loaded fine, but harness.run refuses the sampler setting: decodes NO, with harness.run's own message."""
     fam = standin("confident")
-    fam.case = Case(10, "low_confidence", {"block_length": 4, "steps_per_block": 0})
+    fam.case = Case(10, "low_confidence", {"steps_per_block": 0}, block_length=4)
     row = hub_check.check_family(fam, code_dir, None, tmp_path)
     assert row.loads and row.buffers_ok and row.decodes is False and row.identical is None
     assert row.note.startswith("decode: RuntimeError: harness.run exited 1: ") and "steps_per_block" in row.note
