@@ -199,3 +199,21 @@ def test_hub_mode_takes_code_and_config_from_the_snapshot_never_weights(code_dir
     folder, source, revision = hub_check.obtain_code(fam, None, None, tmp_path / "work")
     assert (source, revision) == ("local/standin", sha)
     assert sorted(f.name for f in folder.iterdir()) == ["config.json", "generate.py", "modeling_standin.py"]
+
+
+def test_a_real_tokenizer_shorter_than_the_vocabulary_leaves_its_padding_ids_unpredicted(code_dir, tmp_path):
+    """With the folder's own tokenizer (fewer tokens than rows, as SDAR's), the tiny copy never predicts an id the
+    tokenizer cannot decode: those output rows are zero."""
+    from models.tiny import char_tokenizer
+    from models.tiny_remote import build_tiny_remote
+
+    folder = tmp_path / "with_tokenizer"
+    folder.mkdir()
+    for f in ("config.json", "modeling_standin.py"):
+        (folder / f).write_text((code_dir / "standin" / f).read_text())
+    tok = char_tokenizer()
+    tok.save_pretrained(folder)
+    fam = standin("confident")
+    tiny = build_tiny_remote(folder, tmp_path / "tiny", fam.shrink, fam.auto_class, MASK_ID, [EOS_ID])
+    head = tiny.model.get_output_embeddings().weight
+    assert len(tok) < head.shape[0] and not head[len(tok) :].any() and head[: len(tok)].abs().min(-1).values.gt(0).all()
