@@ -222,6 +222,7 @@ def check_family(
     adapter = check_loaded(fam, tiny, row)
     if adapter is None:
         return row
+    row.details["sampler"] = fam.case.sampler_name()
     try:
         ours = decode_with_run(fam, tiny, work, batch_size)
         row.decodes = True

@@ -30,12 +30,27 @@ class Case:
     never overridden), null where the routine has no blocks (Dream: the whole answer, as its yaml says)."""
 
     max_new_tokens: int
-    sampler: str
+    sampler: str | tuple[str, ...]  # several: the first `harness.run` knows (the family's own rule, where it exists)
     knobs: dict[str, Any] = field(default_factory=dict)
     block_length: int | None = None
 
+    def sampler_name(self) -> str:
+        names = (self.sampler,) if isinstance(self.sampler, str) else self.sampler
+        return next((n for n in names if n in known_samplers()), names[-1])
+
     def overrides(self) -> list[str]:
-        return [f"sampler={self.sampler}", *(f"sampler.{k}={_hydra(v)}" for k, v in self.knobs.items())]
+        return [f"sampler={self.sampler_name()}", *(f"sampler.{k}={_hydra(v)}" for k, v in self.knobs.items())]
+
+
+def known_samplers() -> set[str]:
+    """The sampler configs `harness.run` composes: registered dataclasses and conf/sampler files."""
+    from hydra.core.config_store import ConfigStore
+
+    from harness.runner.configs import register_configs
+
+    register_configs()
+    names = {Path(n).stem for n in ConfigStore.instance().repo.get("sampler", {})}
+    return names | {f.stem for f in (Path(__file__).resolve().parents[1] / "conf" / "sampler").glob("*.yaml")}
 
 
 @dataclass
@@ -175,7 +190,7 @@ LLADA2_EOS = 156892
 # 40 new tokens so prompt + answer ends inside a block (its tail rule)
 LLADA2_CASE = Case(
     40,
-    "block_refinement",
+    ("llada2_editing", "block_refinement"),  # LLaDA 2.1's own rule where harness.run has it, else diffusers
     {"steps_per_block": 32, "threshold": 0.95, "editing_threshold": 0.9, "max_post_steps": 16, "eos_early_stop": True},
     block_length=32,
 )

@@ -217,3 +217,8 @@ def test_a_real_tokenizer_shorter_than_the_vocabulary_leaves_its_padding_ids_unp
     tiny = build_tiny_remote(folder, tmp_path / "tiny", fam.shrink, fam.auto_class, MASK_ID, [EOS_ID])
     head = tiny.model.get_output_embeddings().weight
     assert len(tok) < head.shape[0] and not head[len(tok) :].any() and head[: len(tok)].abs().min(-1).values.gt(0).all()
+
+
+def test_a_case_takes_the_first_sampler_harness_run_knows():
+    assert Case(8, ("not_a_sampler_yet", "low_confidence")).sampler_name() == "low_confidence"
+    assert Case(8, ("block_refinement", "low_confidence")).overrides()[0] == "sampler=block_refinement"
