@@ -6,7 +6,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: venv test test-fast lint sweep families search films tiny-models pareto bench gpu-check gpu-plan kernel-build clean
+.PHONY: venv test test-fast lint sweep families search films tiny-models pareto bench gpu-check gpu-plan kernel-build hub-check clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -81,6 +81,11 @@ kernel-build: venv  ## compile the Triton kernels for sm_90 here, no GPU needed:
 gpu-check:  ## one prepared GPU script (docs/gpu_check.md); offline: the machine's torch + wheels in .whl/
 	test ! -d .whl || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 	PYTHONPATH=/tmp/site:$(CURDIR) python3 -m bench.gpu.gpu_check
+
+# Needs the hub (code and config files only, no weights) unless CODE_DIR names a folder of the families' code files.
+hub-check: venv  ## masked hub families: tiny copies of their own code vs their own generate (docs/masked.md); CODE_DIR=, FAMILIES=, RECORD=1
+	HF_HUB_OFFLINE=$(if $(CODE_DIR),1,0) $(PY) -m harness.hub_check $(if $(CODE_DIR),--code-dir $(CODE_DIR)) \
+	  $(if $(FAMILIES),--families $(FAMILIES)) $(if $(RECORD),--record docs/hub_revisions.md)
 
 clean:
 	rm -rf outputs/runs outputs/sweeps outputs/plots

@@ -1,0 +1,292 @@
+"""`make hub-check`: does each masked hub family load, keep sane buffers, decode through `harness.run`, and decode
+as its authors' own code does? A pre-flight before the first real hub run (docs/masked.md, "make hub-check").
+
+    python -m harness.hub_check [--code-dir DIR] [--families llada2 sdar ...] [--revision llada2=SHA ...]
+
+For each family (`harness.hub_families`): its code and config files are downloaded from the hub (no weights:
+`snapshot_download` with allow_patterns; a routine kept in the authors' GitHub repo is fetched at a pinned commit), or
+read from `--code-dir DIR/<family>/` on a machine without hub access. A tiny random copy is built from the real config
+keys (`models.tiny_remote`), loaded through `MaskedDiffusionAdapter` with the family's shipped `conf/model` yaml
+(only path, device=cpu and dtype=float32 overridden), its buffers compared with the in-memory build's (finite and
+equal) and its logits with the in-memory model's; a few prompts are decoded by `python -m harness.run eval=prompts`
+(records read back) and by the family's own routine on the in-memory model (buffers as its own `__init__` set them),
+greedy, and compared token for token. One family failing does not stop the others: each row says what failed, in one
+line. The table is printed and written as JSON under outputs/hub_check/; `--record` appends it to
+docs/hub_revisions.md, the list of remote-code revisions last checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fnmatch
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from contract.text import encode_prompt
+from harness.hub_families import FAMILIES, HubFamily
+from models.tiny_remote import TOKENIZER_FILES, TinyRemote, buffer_report, build_tiny_remote
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPTS = ["Hello", "The quick brown fox jumps", "1 2 3 4 5 6 7 8 9 10 11 12 13"]
+HUB_PATTERNS = ["*.py", "*.json", "*.txt", "*.jinja", "*.model", *TOKENIZER_FILES]
+
+
+@dataclass
+class HubCheckRow:
+    """One family's result: each stage yes / no / None (not reached), and the first failure in one line."""
+
+    family: str
+    source: str
+    revision: str
+    loads: bool | None = None
+    buffers_ok: bool | None = None
+    decodes: bool | None = None
+    identical: int | None = None
+    prompts: int = len(PROMPTS)
+    note: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.loads and self.buffers_ok and self.decodes and self.identical == self.prompts)
+
+
+def one_line(stage: str, err: BaseException) -> str:
+    """`stage: Type: first line`, of the innermost cause (Hydra wraps the adapter's own error)."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = [s.strip() for s in str(err).splitlines() if s.strip()]
+    return f"{stage}: {type(err).__name__}: {(lines or [''])[0][:240]}"
+
+
+def file_digest(folder: Path) -> str:
+    """sha256[:12] over the folder's code files: what `--code-dir` was checked at when there is no hub commit."""
+    h = hashlib.sha256()
+    for f in sorted(folder.glob("*.py")):
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def obtain_code(fam: HubFamily, code_dir: Path | None, revision: str | None, work: Path) -> tuple[Path, str, str]:
+    """(folder, source, revision): `code_dir/<family>` as it is, or the hub repo's code and config files (plus the
+    routine kept on GitHub) downloaded into `work`."""
+    if code_dir is not None:
+        folder = code_dir / fam.name
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"{folder}/config.json: no such family folder")
+        return folder, str(folder), f"files {file_digest(folder)}"
+    from huggingface_hub import snapshot_download
+
+    snap = Path(snapshot_download(fam.repo, revision=revision, allow_patterns=HUB_PATTERNS))
+    folder = work / "code" / fam.name
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in snap.iterdir():  # a snapshot already in the cache holds whatever was fetched before: weights stay out
+        if f.is_file() and any(fnmatch.fnmatch(f.name, pat) for pat in HUB_PATTERNS):
+            (folder / f.name).write_bytes(f.read_bytes())
+    if fam.routine_url:
+        import urllib.request
+
+        with urllib.request.urlopen(fam.routine_url, timeout=60) as r:
+            (folder / Path(fam.routine_url).name).write_bytes(r.read())
+    return folder, fam.repo, snap.name
+
+
+def model_config(fam: HubFamily, path: Path) -> Any:
+    """The family's shipped yaml with only path, device and dtype overridden (plus a stand-in's own overrides)."""
+    cfg = OmegaConf.load(REPO / "conf" / "model" / f"{fam.model_yaml}.yaml")
+    cfg.path, cfg.device, cfg.dtype = str(path), "cpu", "float32"
+    for k, v in fam.model_overrides.items():
+        OmegaConf.update(cfg, k, v)
+    return cfg
+
+
+def check_loaded(fam: HubFamily, tiny: TinyRemote, row: HubCheckRow) -> Any:
+    """Load through the adapter; its buffers and a probe's logits against the in-memory build."""
+    try:
+        adapter = instantiate(model_config(fam, tiny.path))
+    except Exception as e:  # any loading failure is this family's result, not the check's end
+        row.loads, row.note = False, one_line("load", e)
+        return None
+    row.loads = True
+    ok, what = buffer_report(adapter.model, tiny.model)
+    try:
+        diff = probe_diff(adapter, tiny.model)
+    except Exception as e:  # a forward the probe cannot call: reported, the buffers still decide
+        diff, what = None, f"{what}; {one_line('probe forward', e)}"
+    row.details["buffers"], row.details["probe_logits_max_diff"] = what, diff
+    row.buffers_ok = ok and (diff is None or diff <= 1e-4)
+    if not row.buffers_ok:
+        row.note = (
+            f"buffers: {what}" if not ok else f"buffers: loaded logits differ from the built model's by {diff:.3g}"
+        )
+    return adapter
+
+
+@torch.no_grad()
+def probe_diff(adapter: Any, built: torch.nn.Module) -> float:
+    """Max |logits| difference, loaded vs built, on 12 tokens every position sees (the mask in the adapter's form:
+    SDAR reads a boolean one; a model that takes none, LLaDA 8B, gets none)."""
+    ids = torch.randint(0, 90, (1, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(1, 1, 12, 12, dtype=torch.bool)
+    mask = mask if adapter.mask_form == "bool" else torch.zeros(1, 1, 12, 12, dtype=adapter.dtype)
+    kwargs = {"attention_mask": mask} if adapter.takes_positions else {}
+    if adapter.takes_positions:
+        kwargs["position_ids"] = torch.arange(12)[None]
+    return (adapter.model(input_ids=ids, **kwargs).logits - built(input_ids=ids, **kwargs).logits).abs().max().item()
+
+
+def decode_with_run(fam: HubFamily, tiny: TinyRemote, work: Path, batch_size: int) -> dict[str, list[int]]:
+    """`python -m harness.run eval=prompts` in a subprocess (as a user runs it); the records' token ids by prompt id."""
+    prompts = work / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
+    run_dir = work / "run"
+    m = {"path": tiny.path, "device": "cpu", "dtype": "float32", **fam.model_overrides}
+    args = [f"model={fam.model_yaml}", *(f"model.{k}={_value(v)}" for k, v in m.items())]
+    args += ["eval=prompts", f"eval.path={prompts}", f"eval.max_new_tokens={fam.case.max_new_tokens}"]
+    args += [*fam.case.overrides(), f"batch_size={batch_size}", "resume=false", f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.run", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=1800
+    )
+    (work / "run.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"harness.run exited {proc.returncode}: {run_error(proc.stderr)} ({work / 'run.log'})")
+    records = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines() if line.strip()]
+    return {r["sample_id"]: r["token_ids"] for r in records}
+
+
+def run_error(stderr: str) -> str:
+    """The line of a failed run that names the error (Hydra ends with advice, tracebacks with the error)."""
+    lines = [s.strip() for s in stderr.splitlines() if s.strip() and "HYDRA_FULL_ERROR" not in s]
+    named = [s for s in lines if "Error" in s.split(":")[0] or "Error(" in s or "Exception" in s.split(":")[0]]
+    return ((named or lines or ["?"])[-1])[:240]
+
+
+def _value(v: Any) -> str:
+    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def cut_at_eos(ids: list[int], eos: set[int], limit: int) -> list[int]:
+    """The records' rule: new tokens up to the limit, cut after the first EOS (kept)."""
+    ids = ids[:limit]
+    return next((ids[: i + 1] for i, t in enumerate(ids) if t in eos), ids)
+
+
+def compare_own(
+    fam: HubFamily, tiny: TinyRemote, folder: Path, adapter: Any, ours: dict[str, list[int]], row: HubCheckRow
+) -> None:
+    """The family's own routine on each prompt (batch 1, greedy, in-memory model) against the records."""
+    eos, n = set(adapter.eos_ids), fam.case.max_new_tokens
+    same, first_diff = 0, []
+    for i, prompt in enumerate(PROMPTS):
+        ids = torch.tensor([encode_prompt(adapter.tokenizer, prompt)])
+        with torch.no_grad():
+            theirs = cut_at_eos(fam.own(tiny.model, ids, fam.case, adapter.mask_id, folder), eos, n)
+        mine = ours[str(i)]
+        if mine == theirs:
+            same += 1
+        else:
+            at = next((k for k, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+            first_diff.append({"prompt": i, "first_diff": at, "ours": mine, "theirs": theirs})
+    row.identical, row.details["mismatches"] = same, first_diff
+    if first_diff and not row.note:
+        d = first_diff[0]
+        row.note = (
+            f"parity: prompt {d['prompt']} differs from token {d['first_diff']} ({len(first_diff)} of {len(PROMPTS)})"
+        )
+
+
+def check_family(
+    fam: HubFamily, code_dir: Path | None, revision: str | None, out: Path, batch_size: int = 1
+) -> HubCheckRow:
+    """Every stage for one family; a failure ends this family's row, never the check."""
+    work = out / fam.name
+    row = HubCheckRow(fam.name, fam.repo if code_dir is None else str(code_dir / fam.name), revision or "main")
+    try:
+        folder, row.source, row.revision = obtain_code(fam, code_dir, revision, work)
+        tiny = build_tiny_remote(folder, work / "tiny", fam.shrink, fam.auto_class, fam.mask_id, fam.eos_ids)
+    except Exception as e:
+        row.loads, row.note = False, one_line("build", e)
+        return row
+    adapter = check_loaded(fam, tiny, row)
+    if adapter is None:
+        return row
+    row.details["sampler"] = fam.case.sampler_name()
+    try:
+        ours = decode_with_run(fam, tiny, work, batch_size)
+        row.decodes = True
+    except Exception as e:
+        row.decodes, row.note = False, row.note or one_line("decode", e)
+        return row
+    try:
+        compare_own(fam, tiny, folder, adapter, ours, row)
+    except Exception as e:
+        row.details["own_routine_error"] = one_line(f"own routine ({fam.routine})", e)
+        row.note = row.note or row.details["own_routine_error"]
+    return row
+
+
+def _mark(v: bool | None) -> str:
+    return "-" if v is None else "yes" if v else "NO"
+
+
+def table(rows: list[HubCheckRow]) -> str:
+    lines = [
+        "| family | source @ revision | loads | buffers ok | decodes | parity | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        parity = "-" if r.identical is None else f"{r.identical}/{r.prompts}"
+        lines.append(
+            f"| {r.family} | {r.source} @ {r.revision} | {_mark(r.loads)} | {_mark(r.buffers_ok)} | "
+            f"{_mark(r.decodes)} | {parity} | {r.note or 'ok'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--code-dir", type=Path, help="a folder with one sub-folder of code files per family (no hub)")
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    p.add_argument("--revision", action="append", default=[], help="FAMILY=REV: pin a hub revision")
+    p.add_argument("--batch-size", type=int, default=1, help="harness.run's batch (the own routines run batch 1)")
+    p.add_argument("--out", type=Path, default=REPO / "outputs" / "hub_check")
+    p.add_argument("--record", type=Path, help="append the table's rows to this markdown list (docs/hub_revisions.md)")
+    a = p.parse_args(argv)
+    revisions = dict(r.split("=", 1) for r in a.revision)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
+    out = a.out / stamp
+    rows = [check_family(FAMILIES[f], a.code_dir, revisions.get(f), out, a.batch_size) for f in a.families]
+    print(table(rows))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hub_check.json").write_text(json.dumps([asdict(r) | {"passed": r.passed} for r in rows], indent=2))
+    print(f"-> {out / 'hub_check.json'}")
+    if a.record:
+        record(a.record, rows, stamp[:10])
+    return 0 if all(r.passed for r in rows) else 1
+
+
+def record(path: Path, rows: list[HubCheckRow], date: str) -> None:
+    """One row per family (family | source | revision | date | result) added under the file's table's last row."""
+    lines = path.read_text().splitlines() if path.exists() else ["| family | source | revision | date | result |"]
+    new = [
+        f"| {r.family} | {r.source} | {r.revision} | {date} | {'pass' if r.passed else 'FAIL: ' + r.note} |"
+        for r in rows
+    ]
+    at = max((i for i, line in enumerate(lines) if line.startswith("|")), default=len(lines) - 1) + 1
+    path.write_text("\n".join([*lines[:at], *new, *lines[at:]]) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
