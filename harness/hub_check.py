@@ -21,6 +21,7 @@ import argparse
 import datetime
 import fnmatch
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -105,7 +106,10 @@ def obtain_code(fam: HubFamily, code_dir: Path | None, revision: str | None, wor
 def model_config(fam: HubFamily, path: Path) -> Any:
     """The family's shipped yaml with only path, device and dtype overridden (plus a stand-in's own overrides)."""
     cfg = OmegaConf.load(REPO / "conf" / "model" / f"{fam.model_yaml}.yaml")
+    cfg.pop("defaults", None)  # the model's default sampler: Hydra's composition, not an adapter argument
     cfg.path, cfg.device, cfg.dtype = str(path), "cpu", "float32"
+    if "flash_attn" in (cfg.get("requires") or []) and importlib.util.find_spec("flash_attn") is None:
+        cfg.torch_fallbacks = ["flash_attn"]  # a CPU machine: the documented pure-torch stand-in (docs/masked.md)
     for k, v in fam.model_overrides.items():
         OmegaConf.update(cfg, k, v)
     return cfg
@@ -152,6 +156,8 @@ def decode_with_run(fam: HubFamily, tiny: TinyRemote, work: Path, batch_size: in
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
     run_dir = work / "run"
     m = {"path": tiny.path, "device": "cpu", "dtype": "float32", **fam.model_overrides}
+    if fam.model_yaml == "sdar" and importlib.util.find_spec("flash_attn") is None:
+        m["torch_fallbacks"] = ["flash_attn"]  # a CPU machine: the documented stand-in (model_config says the same)
     args = [f"model={fam.model_yaml}", *(f"model.{k}={_value(v)}" for k, v in m.items())]
     args += ["eval=prompts", f"eval.path={prompts}", f"eval.max_new_tokens={fam.case.max_new_tokens}"]
     args += [*fam.case.overrides(), f"batch_size={batch_size}", "resume=false", f"hydra.run.dir={run_dir}"]

@@ -12,6 +12,7 @@ character tokenizer is built whose vocabulary covers every id, with the mask and
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -103,14 +104,16 @@ def build_tiny_remote(
     from safetensors.torch import save_file
     from transformers import AutoConfig
 
-    from models import remote_compat
+    from models import remote_compat, remote_load
 
     remote_compat.apply()  # the 4.x names such code imports (the adapter puts them back the same way)
-
+    if (Path(code_dir) / "modeling_sdar.py").exists() and importlib.util.find_spec("flash_attn") is None:
+        remote_load.install_fallbacks(["flash_attn"])  # as model.torch_fallbacks does for the adapter
     src, out = Path(code_dir), Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
     copy_code(src, out)
+    remote_load.fit_remote_classes(str(out), "AutoModel" if auto_class == "model" else "AutoModelForCausalLM")
     cfg = json.loads((out / "config.json").read_text())
     cfg.update(shrink)
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
