@@ -42,6 +42,9 @@ REPO = Path(__file__).resolve().parents[1]
 PROMPTS = ["Hello", "The quick brown fox jumps", "1 2 3 4 5 6 7 8 9 10 11 12 13"]
 HUB_PATTERNS = ["*.py", "*.json", "*.txt", "*.jinja", "*.model", *TOKENIZER_FILES]
 
+# read at import, before any tiny copy puts the pure-torch stand-in in sys.modules
+NO_FLASH_ATTN = importlib.util.find_spec("flash_attn") is None
+
 
 @dataclass
 class HubCheckRow:
@@ -108,7 +111,7 @@ def model_config(fam: HubFamily, path: Path) -> Any:
     cfg = OmegaConf.load(REPO / "conf" / "model" / f"{fam.model_yaml}.yaml")
     cfg.pop("defaults", None)  # the model's default sampler: Hydra's composition, not an adapter argument
     cfg.path, cfg.device, cfg.dtype = str(path), "cpu", "float32"
-    if "flash_attn" in (cfg.get("requires") or []) and importlib.util.find_spec("flash_attn") is None:
+    if "flash_attn" in (cfg.get("requires") or []) and NO_FLASH_ATTN:
         cfg.torch_fallbacks = ["flash_attn"]  # a CPU machine: the documented pure-torch stand-in (docs/masked.md)
     for k, v in fam.model_overrides.items():
         OmegaConf.update(cfg, k, v)
@@ -156,7 +159,7 @@ def decode_with_run(fam: HubFamily, tiny: TinyRemote, work: Path, batch_size: in
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
     run_dir = work / "run"
     m = {"path": tiny.path, "device": "cpu", "dtype": "float32", **fam.model_overrides}
-    if fam.model_yaml == "sdar" and importlib.util.find_spec("flash_attn") is None:
+    if fam.model_yaml == "sdar" and NO_FLASH_ATTN:
         m["torch_fallbacks"] = ["flash_attn"]  # a CPU machine: the documented stand-in (model_config says the same)
     args = [f"model={fam.model_yaml}", *(f"model.{k}={_value(v)}" for k, v in m.items())]
     args += ["eval=prompts", f"eval.path={prompts}", f"eval.max_new_tokens={fam.case.max_new_tokens}"]

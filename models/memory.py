@@ -1,14 +1,12 @@
 """Estimate a decode run's peak accelerator memory from the model config alone, and pick the batch size.
 
-Why: the 26B DiffusionGemma (~25B parameters, ~50 GB in bf16) leaves ~30 GB of an 80 GB GPU for the KV
-cache, the B x C x V float32 logits and the activations; at batch 32 the logits alone are ~8.6 GB each and a
-run OOMs only after minutes of loading. Everything here is computed from a `transformers` config (the model
+Why: the 26B DiffusionGemma (~50 GB in bf16) leaves ~30 GB of an 80 GB GPU for the KV cache, the B x C x V float32
+logits and the activations (at batch 32 the logits alone are ~8.6 GB); a run would OOM after minutes of loading. Everything here is computed from a `transformers` config (the model
 is built on the `meta` device to count parameters: no weights, no download beyond `config.json`), so the
 harness can reject or shrink a batch size in about a second.
 
-What the estimate covers, for the continuous-batching engine in `harness/engine/decode.py` (admit rows: prefill
--> every step: denoise -> draw; a stopped canvas commits) over transformers 5.x' DiffusionGemma modules
-(`estimate_decode_peak` has the formulas):
+What the estimate covers, for the continuous-batching engine in `harness/engine/decode.py` (admit rows: prefill ->
+every step: denoise -> draw; a stopped canvas commits) over transformers 5.x' modules (`estimate_decode_peak`):
 - weights: parameters x dtype bytes, tied weights once (encoder and decoder share every text weight);
 - KV cache: the DynamicCache the encoder fills; sliding layers keep their last `window - 1` tokens as a
   *view* of the last concatenation, which pins its whole storage: the whole prompt after the prefill,
@@ -104,10 +102,13 @@ def dtype_bytes_of(dtype: str, config=None) -> int:
 
 
 def _build_on_meta(config, auto_class: str = "causal_lm", trust_remote_code: bool = False):
-    """The model `config` describes, built on `meta` (no memory): DiffusionGemma's class, else the auto class
-    (`AutoModel` for `auto_class="model"` or remote code that maps only its base class, Nemotron-Labs-Diffusion)."""
+    """The model `config` describes, built on `meta` (no memory); remote code gets the 4.x names it imports."""
     import torch
 
+    from models import remote_compat
+
+    if trust_remote_code:
+        remote_compat.apply()
     with torch.device("meta"):
         if getattr(config, "model_type", None) == "diffusion_gemma":
             from transformers import DiffusionGemmaForBlockDiffusion
@@ -251,7 +252,7 @@ def forward_activation_bytes(
     mask_bytes = 1 if attn_implementation != "eager" else dtype_bytes
     rotary = 2 * 2 * n * max(layer.head_dim for layer in layers) * 4  # float32 cos and sin per layer type
     stream = n * h * (6 * dtype_bytes + 3 * 4) + rotary + 2 * b * q * full_keys * mask_bytes
-    mlp = 4 * n * tc.intermediate_size * dtype_bytes
+    mlp = 4 * n * (getattr(tc, "intermediate_size", None) or tc.mlp_hidden_size) * dtype_bytes  # LLaDA: mlp_hidden_size
     moe = 0
     experts = getattr(tc, "num_experts", None) or 0
     top_k = getattr(tc, "top_k_experts", None) or getattr(tc, "num_experts_per_tok", None) or 0  # Gemma | LLaDA 2.x
