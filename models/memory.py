@@ -1,9 +1,8 @@
 """Estimate a decode run's peak accelerator memory from the model config alone, and pick the batch size.
 
-Why: the 26B DiffusionGemma (~50 GB in bf16) leaves ~30 GB of an 80 GB GPU for the KV cache, the B x C x V float32
-logits and the activations (at batch 32 the logits alone are ~8.6 GB); a run would OOM after minutes of loading.
-Everything here is computed from a `transformers` config (the model is built on the `meta` device to count
-parameters: no weights, no download beyond `config.json`), so a bad batch size is refused in about a second.
+Why: the 26B DiffusionGemma (~50 GB in bf16) leaves ~30 GB of an 80 GB GPU for the KV cache, logits (~8.6 GB at batch
+32) and activations; a run would OOM after minutes of loading. All comes from a `transformers` config (the model built
+on `meta` to count parameters: no weights, no download beyond `config.json`): a bad batch fails in about a second.
 
 What the estimate covers, for the continuous-batching engine in `harness/engine/decode.py` (admit rows: prefill ->
 every step: denoise -> draw; a stopped canvas commits) over transformers 5.x' modules (`estimate_decode_peak`):
