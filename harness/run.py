@@ -67,10 +67,11 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
 
     from contract.paths import resolve_model_ref
     from contract.text import encode_prompt
-    from models import masked_memory, memory
+    from models import masked_memory, memory, remote_load
 
     kind, remote = model_kind(cfg.model), bool(cfg.model.get("trust_remote_code"))
     path, revision = resolve_model_ref(str(cfg.model.path), "model.path"), cfg.model.get("revision")
+    remote_load.install_fallbacks(cfg.model.get("torch_fallbacks"))  # the meta build imports the model's code
     config = memory.load_config(path, revision=revision, trust_remote_code=remote)
     if items is not None:
         tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=remote)
@@ -82,6 +83,7 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     if kind == DecoderKind.MASKED:  # a block of L per step; its blocks are aligned at position 0
         canvas = sampler.block_length or cfg.model.get("block_length")
         canvas = canvas or getattr(config, "block_length", None) or getattr(config, "block_size", None)
+        canvas = ev.max_new_tokens if canvas == "answer" else canvas  # Dream: the whole answer is one block
         auto_class = str(cfg.model.get("auto_class", "causal_lm"))
         kwargs.update(peak=masked_memory.estimate_masked_peak, context=str(cfg.model.get("context", "recompute")))
         kwargs.update(sampled=sampler.temperature > 0, parameters=memory.count_parameters(config, auto_class, remote))
