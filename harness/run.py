@@ -48,6 +48,18 @@ register_configs()
 LM_EVAL_PROMPT_TOKENS = 2048
 
 
+def _model_config(model: DictConfig, path: str, revision: str | None, remote: bool):
+    """The checkpoint's config for the memory estimate; remote code is prepared as the adapter's loading prepares it
+    (the estimate builds the model on `meta`, importing its code): stand-ins installed, classes fitted."""
+    from models import memory, remote_load
+
+    remote_load.install_fallbacks(model.get("torch_fallbacks"))
+    if remote:
+        auto_name = "AutoModel" if model.get("auto_class") == "model" else "AutoModelForCausalLM"
+        remote_load.fit_remote_classes(path, auto_name, revision)
+    return memory.load_config(path, revision=revision, trust_remote_code=remote)
+
+
 def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
     """The batch size to decode with, checked against a memory estimate before any weights load.
 
@@ -67,12 +79,11 @@ def plan_batch_size(cfg: DictConfig, ev, sampler, items: list | None) -> int:
 
     from contract.paths import resolve_model_ref
     from contract.text import encode_prompt
-    from models import masked_memory, memory, remote_load
+    from models import masked_memory, memory
 
     kind, remote = model_kind(cfg.model), bool(cfg.model.get("trust_remote_code"))
     path, revision = resolve_model_ref(str(cfg.model.path), "model.path"), cfg.model.get("revision")
-    remote_load.install_fallbacks(cfg.model.get("torch_fallbacks"))  # the meta build imports the model's code
-    config = memory.load_config(path, revision=revision, trust_remote_code=remote)
+    config = _model_config(cfg.model, path, revision, remote)
     if items is not None:
         tok = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=remote)
         prompt = max(len(encode_prompt(tok, it.prompt, cfg.model.get("enable_thinking"))) for it in items)
