@@ -15,20 +15,15 @@ from typing import Any
 
 import torch
 
-from contract.decoding import DecoderKind
-from contract.records import GenerationRequest, GenerationResult, check_requests
-from contract.text import Prompt
 from models.ar_engine import AREngine
 from models.causal_lm import CausalLM
 from models.masked_diffusion import MaskedDiffusionAdapter
+from models.same_weights_ar import SameWeightsARDecoder
 from samplers.token_draw import TokenSampling
 
 
-class MaskedARDecoder:
+class MaskedARDecoder(SameWeightsARDecoder):
     """Greedy AR decoding of a masked checkpoint's causal body (`body`) and head (`head`); "ar-same-weights"."""
-
-    label = kind = DecoderKind.AR_SAME_WEIGHTS
-    resumable = True  # greedy: a sample does not depend on its batch
 
     def __init__(self, body: str = "encoder", head: str = "diffusion_head", **adapter_kwargs: Any):
         self.adapter = MaskedDiffusionAdapter(**adapter_kwargs)
@@ -36,21 +31,6 @@ class MaskedARDecoder:
         for key, name in (("body", body), ("head", head)):
             if not isinstance(getattr(model, name, None), torch.nn.Module):
                 raise ValueError(f"model.{key}: {type(model).__name__} has no submodule {name!r}")
-        self.body, self.head = body, head
+        self.body, self.head, self.mode = body, head, f"causal {body} + {head}, greedy"
         lm = CausalLM(model, encoder=getattr(model, body), head=getattr(model, head))
         self.engine = AREngine(lm, self.tokenizer, sorted(self.adapter.eos_ids), TokenSampling())
-
-    def encode(self, prompt: Prompt) -> list[int]:
-        return self.adapter.encode(prompt)
-
-    def describe(self) -> dict[str, Any]:
-        mode = f"causal {self.body} + {self.head}, greedy"
-        return {**self.adapter.describe(), "decoder": str(self.label), "mode": mode, "engine": "continuous"}
-
-    def stream(self, requests, batch_size: int):
-        return self.engine.stream(requests, batch_size)
-
-    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        check_requests(requests)
-        out = {r.sample_id: r for r in self.stream(requests, batch_size=max(1, len(requests)))}
-        return [out[r.sample_id] for r in requests]

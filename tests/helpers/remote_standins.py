@@ -90,8 +90,9 @@ class Old4xPreTrained(PreTrainedModel):
         return CausalLMOutput(logits=self.head(self.norm(h)))
 
 
-class Old4xMaskedLM(Old4xPreTrained, GenerationMixin):
-    """An additive 4D mask and position_ids, as LLaDA 2 / Dream take them; calls post_init."""
+class Old4xNoGenerationLM(Old4xPreTrained):
+    """An additive 4D mask and position_ids, as LLaDA 2 / Dream take them; calls post_init. No GenerationMixin (and
+    no prepare_inputs_for_generation): transformers 5 gives it no generation_config."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -100,6 +101,10 @@ class Old4xMaskedLM(Old4xPreTrained, GenerationMixin):
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=None, **kwargs):
         return self.run(input_ids, attention_mask, position_ids)
+
+
+class Old4xMaskedLM(Old4xNoGenerationLM, GenerationMixin):
+    """The same with GenerationMixin, as LLaDA 2 / Dream have it."""
 
 
 class Old4xRandomBufferLM(Old4xMaskedLM):
@@ -108,19 +113,6 @@ class Old4xRandomBufferLM(Old4xMaskedLM):
     def __init__(self, config):
         super().__init__(config)
         self.register_buffer("noise", torch.randn(4), persistent=False)
-
-
-class Old4xNoGenerationLM(Old4xPreTrained):
-    """The same without GenerationMixin (and no prepare_inputs_for_generation): transformers 5 gives it no
-    generation_config."""
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.build(config)
-        self.post_init()
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=None, **kwargs):
-        return self.run(input_ids, attention_mask, position_ids)
 
 
 class Old4xNoPostInitLM(Old4xPreTrained, GenerationMixin):
