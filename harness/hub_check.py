@@ -106,14 +106,21 @@ def obtain_code(fam: HubFamily, code_dir: Path | None, revision: str | None, wor
     return folder, fam.repo, snap.name
 
 
+def run_overrides(fam: HubFamily, path: Path) -> dict[str, Any]:
+    """The model keys the check sets on the shipped yaml: path, the CPU, float32, a stand-in's own overrides and, where
+    the yaml requires flash_attn and this machine lacks it, its documented pure-torch stand-in (docs/masked.md)."""
+    shipped = OmegaConf.load(REPO / "conf" / "model" / f"{fam.model_yaml}.yaml")
+    over: dict[str, Any] = {"path": str(path), "device": "cpu", "dtype": "float32", **fam.model_overrides}
+    if "flash_attn" in (shipped.get("requires") or []) and NO_FLASH_ATTN:
+        over["torch_fallbacks"] = ["flash_attn"]
+    return over
+
+
 def model_config(fam: HubFamily, path: Path) -> Any:
-    """The family's shipped yaml with only path, device and dtype overridden (plus a stand-in's own overrides)."""
+    """The family's shipped yaml with only `run_overrides` set."""
     cfg = OmegaConf.load(REPO / "conf" / "model" / f"{fam.model_yaml}.yaml")
     cfg.pop("defaults", None)  # the model's default sampler: Hydra's composition, not an adapter argument
-    cfg.path, cfg.device, cfg.dtype = str(path), "cpu", "float32"
-    if "flash_attn" in (cfg.get("requires") or []) and NO_FLASH_ATTN:
-        cfg.torch_fallbacks = ["flash_attn"]  # a CPU machine: the documented pure-torch stand-in (docs/masked.md)
-    for k, v in fam.model_overrides.items():
+    for k, v in run_overrides(fam, path).items():
         OmegaConf.update(cfg, k, v)
     return cfg
 
@@ -158,9 +165,7 @@ def decode_with_run(fam: HubFamily, tiny: TinyRemote, work: Path, batch_size: in
     prompts = work / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
     run_dir = work / "run"
-    m = {"path": tiny.path, "device": "cpu", "dtype": "float32", **fam.model_overrides}
-    if fam.model_yaml == "sdar" and NO_FLASH_ATTN:
-        m["torch_fallbacks"] = ["flash_attn"]  # a CPU machine: the documented stand-in (model_config says the same)
+    m = run_overrides(fam, tiny.path)
     args = [f"model={fam.model_yaml}", *(f"model.{k}={_value(v)}" for k, v in m.items())]
     args += ["eval=prompts", f"eval.path={prompts}", f"eval.max_new_tokens={fam.case.max_new_tokens}"]
     args += [*fam.case.overrides(), f"batch_size={batch_size}", "resume=false", f"hydra.run.dir={run_dir}"]
@@ -224,7 +229,8 @@ def check_family(
     row = HubCheckRow(fam.name, fam.repo if code_dir is None else str(code_dir / fam.name), revision or "main")
     try:
         folder, row.source, row.revision = obtain_code(fam, code_dir, revision, work)
-        tiny = build_tiny_remote(folder, work / "tiny", fam.shrink, fam.auto_class, fam.mask_id, fam.eos_ids)
+        fallbacks = run_overrides(fam, work).get("torch_fallbacks")
+        tiny = build_tiny_remote(folder, work / "tiny", fam.shrink, fam.auto_class, fam.mask_id, fam.eos_ids, fallbacks)
     except Exception as e:
         row.loads, row.note = False, one_line("build", e)
         return row

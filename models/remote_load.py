@@ -26,7 +26,7 @@ import torch
 
 from contract.text import default_eos_ids
 from models import flash_attn_torch, remote_compat
-from models.masked_checks import FALLBACK_NAMES, check_requirements  # noqa: F401  (check_requirements: re-exported)
+from models.masked_checks import FALLBACK_NAMES
 
 FALLBACKS = {"flash_attn": flash_attn_torch}  # package -> its pure-torch stand-in (module with `install()`)
 assert set(FALLBACKS) == set(FALLBACK_NAMES)  # the torch-free checks name the same stand-ins

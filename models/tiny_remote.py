@@ -12,7 +12,6 @@ character tokenizer is built whose vocabulary covers every id, with the mask and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -92,6 +91,7 @@ def build_tiny_remote(
     auto_class: str,
     mask_id: int,
     eos_ids: list[int],
+    torch_fallbacks: list[str] | None = None,
     seed: int = 0,
     sharpen: float = 8.0,
 ) -> TinyRemote:
@@ -107,8 +107,7 @@ def build_tiny_remote(
     from models import remote_compat, remote_load
 
     remote_compat.apply()  # the 4.x names such code imports (the adapter puts them back the same way)
-    if (Path(code_dir) / "modeling_sdar.py").exists() and importlib.util.find_spec("flash_attn") is None:
-        remote_load.install_fallbacks(["flash_attn"])  # as model.torch_fallbacks does for the adapter
+    remote_load.install_fallbacks(torch_fallbacks)  # the model's `torch_fallbacks`, as the adapter installs them
     src, out = Path(code_dir), Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
