@@ -88,7 +88,7 @@ def generate(
     if on_visible is None:
         return decoder.generate(requests)
     if "on_visible" not in inspect.signature(decoder.stream).parameters:
-        raise ValueError("on_visible: this decoder streams no stable prefix (the uniform-state engine does; AR tokens are final)")
+        raise ValueError("on_visible: this decoder streams no stable prefix (the uniform-state engine does)")
     out = {r.sample_id: r for r in decoder.stream(requests, batch_size=len(requests), on_visible=on_visible)}
     return [out[r.sample_id] for r in requests]
 
