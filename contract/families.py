@@ -25,7 +25,7 @@ class Family:
     kind: DecoderKind
     summary: str
     models: tuple[str, ...]  # classes that build a model of the family (the first is the API's loader)
-    engine: str | None  # the decoder wrapping a built model; None: the model is its own decoder
+    engine: str  # the decoder (`contract.decoding.Decoder`) built around a loaded model
     sampler_group: str | None  # UNIFORM / MASKED: the samplers it takes; None: it takes no sampler
     default_sampler: str | None
     decode_shape: str  # function: the positions a decode step holds, for the memory estimate
@@ -39,6 +39,7 @@ class Family:
 
 
 _SHAPES = "harness.runner.decode_shapes"
+AR_ENGINE = "harness.engine.ar.ARFamilyDecoder"  # every AR family: the adapter's target (+ drafter) on one engine
 
 FAMILIES: dict[DecoderKind, Family] = {
     f.kind: f
@@ -68,7 +69,7 @@ FAMILIES: dict[DecoderKind, Family] = {
             DecoderKind.AR,
             "autoregressive: one token per forward, continuous batching on a slot KV cache",
             models=("models.ar.ARDecoder",),
-            engine=None,
+            engine=AR_ENGINE,
             sampler_group=None,
             default_sampler=None,
             decode_shape=f"{_SHAPES}.autoregressive",
@@ -77,7 +78,7 @@ FAMILIES: dict[DecoderKind, Family] = {
             DecoderKind.AR_DRAFT,
             "AR + draft / MTP: a drafter proposes k tokens, the target verifies them in one forward",
             models=("models.ar.AssistedARDecoder",),  # model_kwargs: draft_path
-            engine=None,
+            engine=AR_ENGINE,
             sampler_group=None,
             default_sampler=None,
             decode_shape=f"{_SHAPES}.assisted",
@@ -87,7 +88,7 @@ FAMILIES: dict[DecoderKind, Family] = {
             DecoderKind.AR_SAME_WEIGHTS,
             "a diffusion checkpoint decoding autoregressively with its own weights (DiffusionGemma, Nemotron)",
             models=("models.diffusion_gemma_ar.DiffusionGemmaARDecoder", "models.masked_ar.MaskedARDecoder"),
-            engine=None,
+            engine=AR_ENGINE,
             sampler_group=None,
             default_sampler=None,
             decode_shape=f"{_SHAPES}.autoregressive",

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.engine.decoders import decoder_for
 from models.expert_counter import ExpertCounter, for_decoder
 
 EXPERTS, TOP_K, C = 16, 2, 16
@@ -187,7 +188,7 @@ def test_gemma4_moe_ar_decoder(tmp_path):
     torch.manual_seed(0)
     Gemma4ForCausalLM(config).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    dec = ARDecoder(str(tmp_path), dtype="float32", device="cpu", eos_token_ids=[1])
+    dec = decoder_for(ARDecoder(str(tmp_path), dtype="float32", device="cpu", eos_token_ids=[1]), None)
     counter = for_decoder(dec)
     try:
         res = dec.generate([GenerationRequest("a", [10, 11, 12, 13], 0, 6), GenerationRequest("b", [10, 11], 1, 6)])

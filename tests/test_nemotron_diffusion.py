@@ -25,6 +25,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from contract.records import GenerationRequest
+from harness.engine.decoders import decoder_for
 from harness.engine.masked import MaskedDiffusionDecoder
 from models.masked_checks import check_masked_model
 from models.tiny import MASK, char_tokenizer
@@ -288,14 +289,15 @@ def test_ar_mode_equals_its_own_ar_loop_token_for_token(stand_ins):
 
     cfg = OmegaConf.load(AR_YAML)
     here = {"path": str(stand_ins[4]), "device": "cpu", "dtype": "float64", "num_threads": 1}
-    dec = instantiate(cfg, **here, mask_token_id=None, block_length=None, eos_token_ids=[1], attn_implementation=None)
-    assert isinstance(dec, MaskedARDecoder) and dec.describe()["module_attrs"] == {"diffusion_lm": False}
+    ad = instantiate(cfg, **here, mask_token_id=None, block_length=None, eos_token_ids=[1], attn_implementation=None)
+    assert isinstance(ad, MaskedARDecoder) and ad.describe()["module_attrs"] == {"diffusion_lm": False}
+    dec = decoder_for(ad, None)
     reqs = _requests(dec, 10)
-    for eos in (dec.adapter.vocab_size + 5, 74):
-        dec.engine.eos_ids = dec.adapter.eos_ids = {eos}
+    for eos in (ad.adapter.vocab_size + 5, 74):
+        dec.engine.eos_ids = ad.adapter.eos_ids = {eos}
         got = dec.generate(reqs)
         for req, res in zip(reqs, got, strict=True):
-            assert res.token_ids == _ar_reference(dec.adapter.model, req.prompt_ids, 10, eos)
+            assert res.token_ids == _ar_reference(ad.adapter.model, req.prompt_ids, 10, eos)
             assert res.nfe == len(res.token_ids)
         batched = {r.sample_id: r.token_ids for r in dec.stream(reqs, batch_size=2)}
         assert batched == {r.sample_id: r.token_ids for r in got}

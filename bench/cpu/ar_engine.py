@@ -1,4 +1,4 @@
-"""The AR engine (continuous batching on per-row KV slots, `models.ar_engine`) vs transformers, side by side.
+"""The AR engine (continuous batching on per-row KV slots, `harness.engine.ar`) vs transformers, side by side.
 
 On the shipped 6x6 Sudoku models (target models/checkpoints/sudoku6_ar, draft models/checkpoints/sudoku6_ar_draft)
 with the harness's own prompts (`conf/eval/sudoku6.yaml`: the held-out puzzles, compact format, 36 new tokens),
@@ -244,6 +244,7 @@ def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
 def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = False) -> dict[str, Any]:
     from contract.paths import resolve_path
     from harness.engine.decode import BlockDiffusionDecoder
+    from harness.engine.decoders import decoder_for
     from models.ar import ARDecoder, AssistedARDecoder
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from samplers.config import EntropyBoundConfig
@@ -254,8 +255,8 @@ def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = Fa
     out = Path(out_dir) if out_dir else OUT_DIR
     common = {"dtype": "float32", "device": "cpu", "num_threads": 1}
     target, draft_path, diffusion = (str(resolve_path(p)) for p in (TARGET, DRAFT, DIFFUSION))  # from any cwd
-    dec = ARDecoder(target, **common)
-    dr = AssistedARDecoder(target, draft_path=draft_path, num_draft_tokens=K, **common)
+    dec = decoder_for(ARDecoder(target, **common), None)
+    dr = decoder_for(AssistedARDecoder(target, draft_path=draft_path, num_draft_tokens=K, **common), None)
     diff = BlockDiffusionDecoder(
         DiffusionGemmaAdapter(diffusion, dtype="float32", device="cpu", eos_token_ids=[1]), EntropyBoundConfig()
     )

@@ -2,7 +2,7 @@
 
 The model's `kind` names its family (`contract.families`); the family names its engine (uniform-state block
 diffusion: `harness.engine.decode`; masked: `harness.engine.masked`; an alternative chosen by the sampler's
-`decoder`, e.g. diffusers' pipeline), or none: AR decoders decode themselves. A sampler of another family is refused
+`decoder`, e.g. diffusers' pipeline); every AR family: `harness.engine.ar`. A sampler of another family is refused
 here too (the runner refuses it before loading).
 """
 
@@ -34,6 +34,7 @@ def check_sampler_fits(family: Family, sampler) -> None:
 def decoder_for(model, sampler):
     family = family_of(getattr(model, "kind", "ar"))
     check_sampler_fits(family, sampler)
-    choice = getattr(sampler, "decoder", None)
-    engine = family.engines.get(choice, family.engine) if family.takes_sampler else None
-    return model if engine is None else get_class(engine)(model, sampler)
+    engine = (
+        family.engines.get(getattr(sampler, "decoder", None), family.engine) if family.takes_sampler else family.engine
+    )
+    return get_class(engine)(model, sampler if family.takes_sampler else None)
