@@ -93,7 +93,7 @@ def _decode_here(cfg, store, plan: Preflight, identity, start_logger) -> tuple[d
 
     torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
     from harness.engine.decoders import decoder_for
-    from models.expert_counter import for_decoder as count_experts
+    from models.instruments.expert_counter import for_decoder as count_experts
 
     model = instantiate(cfg.model)
     if commit := loaded_commit(model):  # a hub id: name the weights actually loaded, and refuse a mix

@@ -21,12 +21,12 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, encode_prompt
-from models import fused_moe
 from models.causal_lm import CausalLM
 from models.drafters import Drafter, ModelDrafter, MTPDrafter
 from models.gemma4_mtp import ASSISTANT_MODEL_TYPES, export_shared_kv, load_assistant
-from models.lora import load_adapter
-from models.remote_load import eos_ids_of
+from models.kernels import fused_moe
+from models.loading.lora import load_adapter
+from models.loading.remote_load import eos_ids_of
 from samplers.token_draw import TokenSampling
 
 DEFAULT_MODEL = "google/gemma-4-26B-A4B-it"
@@ -45,7 +45,7 @@ def load_causal_lm(
     experts: str | None = None,
 ):
     """Load a causal LM in eval mode on one device, or spread by `device_map`; `experts`: its MoE experts'
-    implementation (`models.fused_moe.CHOICES`, None: transformers' default)."""
+    implementation (`models.kernels.fused_moe.CHOICES`, None: transformers' default)."""
     kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision, **fused_moe.loading_kwargs(experts, device)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
@@ -109,7 +109,7 @@ class ARDecoder:
         self.model = load_causal_lm(
             path, dtype, device, device_map, attn_implementation, revision=revision, experts=experts
         )
-        if adapter:  # a LoRA adapter (models.lora) on the target, merged
+        if adapter:  # a LoRA adapter (models.loading.lora) on the target, merged
             self.model = load_adapter(self.model, resolve_model_ref(adapter, "model.adapter")).eval()
         self.lora_adapter = adapter
         self.device = self.model.device

@@ -1,4 +1,5 @@
-"""MoE expert activation per forward (models.expert_counter) against a hand count from the routers' own outputs,
+"""MoE expert activation per forward (models.instruments.expert_counter) against a hand count from the routers' own
+outputs,
 on a tiny DiffusionGemma with 16 experts top-2, through the adapter calls the engine makes."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from harness.engine.decoders import decoder_for
-from models.expert_counter import ExpertCounter, for_decoder
+from models.instruments.expert_counter import ExpertCounter, for_decoder
 
 EXPERTS, TOP_K, C = 16, 2, 16
 

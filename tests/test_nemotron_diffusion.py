@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from contract.records import GenerationRequest
 from harness.engine.decoders import decoder_for
 from harness.engine.masked import MaskedDiffusionDecoder
-from models.masked_checks import check_masked_model
+from models.loading.masked_checks import check_masked_model
 from models.tiny import MASK, char_tokenizer
 from samplers.masked import FastDllmConfig, LowConfidenceConfig
 
@@ -308,7 +308,7 @@ def test_ar_mode_equals_its_own_ar_loop_token_for_token(stand_ins):
 def test_the_memory_estimate_reads_a_remote_config_the_yaml_trusts(stand_ins):
     """`harness.run` sizes an AR-mode batch from the config before loading: a remote config (`auto_map` with
     `AutoModel` only) is read when the yaml trusts remote code and its model counted on `meta`, else refused."""
-    from models import memory
+    from models.planning import memory
 
     config = memory.load_config(str(stand_ins[4]), trust_remote_code=True)
     assert memory.count_parameters(config) == sum(p.numel() for p in _shipped(stand_ins[4]).model.parameters())

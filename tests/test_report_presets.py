@@ -215,7 +215,7 @@ def test_a_compiled_step_is_planned_at_its_bucket(monkeypatch):
 
     from harness.runner.batch_plan import plan_batch_size
     from harness.runner.evaluate import checked_items
-    from models import memory
+    from models.planning import memory
 
     asked = []
     check = memory.check_batch_fits

@@ -81,7 +81,8 @@ def ar_vs_generate(dec, ev, batches: dict[int, int], repeats: int) -> list[dict[
 
 
 def _ar_pair(dec, reqs, b: int, repeats: int) -> dict[str, Any]:
-    times, out = race({"ours": lambda: ours(dec, reqs, b), "generate": lambda: hf_generate(dec, reqs, b)}, repeats)
+    fns = {"ours": lambda: ours(dec, reqs, b), "generate": lambda: hf_generate(dec.model, reqs, b)}
+    times, out = race(fns, repeats)
     return _pair_row(b, reqs, times, out)
 
 
@@ -113,7 +114,7 @@ def varied_length(dec, ev, batch: int, n: int, repeats: int) -> dict[str, Any]:
         stats.append(dict(dec.engine.stats))
         return o
 
-    times, out = race({"ours": run_ours, "generate": lambda: hf_generate(dec, reqs, batch)}, repeats)
+    times, out = race({"ours": run_ours, "generate": lambda: hf_generate(dec.model, reqs, batch)}, repeats)
     row = _pair_row(batch, reqs, times, out)
     steps_hf = sum(max(lengths[s : s + batch]) for s in range(0, n, batch))
     row.update(
@@ -272,7 +273,7 @@ def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = Fa
     ar_rows = ar_vs_generate(dec, ev, cfg["ar_batches"], cfg["ar_repeats"])
     v = cfg["varied"]
     varied = varied_length(dec, ev, v["batch"], v["requests"], v["repeats"])
-    draft = draft_section(dec, dr, ev, cfg["draft_batches"], cfg["draft_requests"], cfg["draft_repeats"])
+    draft = draft_section(dec.model, dr, ev, cfg["draft_batches"], cfg["draft_requests"], cfg["draft_repeats"])
     conc = concurrency(
         {"AR": dec, f"AR + draft (k={K})": dr, "diffusion": diff},
         ev,

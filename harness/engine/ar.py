@@ -1,5 +1,5 @@
 """The AR families' engine: AR, AR + draft / MTP and a diffusion checkpoint's own AR mode, on the shared
-continuous-batching loop (`harness.engine.loop`) and per-row KV slots (`models.slot_cache`).
+continuous-batching loop (`harness.engine.loop`) and per-row KV slots (`models.cache.slot_cache`).
 
     admit queued requests into free rows (prefill, in chunks; plain AR takes each row's first token from it)
     -> every step, for every row in flight: [draft k tokens] -> one target forward over the row's last token
@@ -31,9 +31,9 @@ import torch
 from contract.records import GenerationRequest, GenerationResult, check_request, check_requests
 from contract.text import Prompt, cut_at_stop
 from harness.engine import loop
+from models.cache.slot_cache import SlotCache
 from models.causal_lm import PREFILL_CHUNK, CausalLM
 from models.drafters import Drafter
-from models.slot_cache import SlotCache
 from samplers import streams
 from samplers.token_draw import TokenSampling, pick, verify
 

@@ -1,7 +1,7 @@
 """The batch size a run decodes with, checked against a memory estimate before any weights load.
 
 For every family the peak (weights, K/V for the longest prompt + max_new_tokens, the logits workspace, one
-layer's activations; `models.memory`) is compared with the device's free memory: a batch that cannot fit fails
+layer's activations; `models.planning.memory`) is compared with the device's free memory: a batch that cannot fit fails
 naming `batch_size`; `batch_size=auto` picks the largest that fits (at most the number of items). The family's
 decode shape (`contract.families` -> `harness.runner.decode_shapes`) is the only thing that differs per family.
 """
@@ -32,7 +32,8 @@ def checked_batch_size(value) -> int | str:
 def model_config(model: DictConfig, path: str, revision: str | None):
     """The checkpoint's config for the memory estimate; remote code is prepared as the adapter's loading prepares it
     (the estimate builds the model on `meta`, importing its code): stand-ins installed, classes fitted."""
-    from models import memory, remote_load
+    from models.loading import remote_load
+    from models.planning import memory
 
     remote = bool(model.get("trust_remote_code"))
     remote_load.install_fallbacks(model.get("torch_fallbacks"))
@@ -60,7 +61,7 @@ def plan_batch_size(cfg: DictConfig, max_new_tokens: int, sampler, items: list |
             raise ValueError("batch_size=auto needs a model on one device (the memory estimate); drop model.device_map")
         return bs
     from contract.paths import resolve_model_ref
-    from models import memory
+    from models.planning import memory
 
     path, revision = resolve_model_ref(str(cfg.model.path), "model.path"), cfg.model.get("revision")
     config = model_config(cfg.model, path, revision)

@@ -183,7 +183,7 @@ def check_model_path(model: DictConfig) -> None:
     except FileNotFoundError as e:
         raise ValueError(f"{e}{hint}") from None
     adapter = model.get("adapter")
-    if adapter:  # a LoRA adapter folder (models.lora), checked before the base loads
+    if adapter:  # a LoRA adapter folder (models.loading.lora), checked before the base loads
         try:
             folder = Path(resolve_model_ref(str(adapter), "model.adapter"))
         except FileNotFoundError as e:
@@ -260,7 +260,7 @@ def samplers_of(family: Family) -> list[str]:
 def check_masked_config(model: DictConfig, sampler: DictConfig) -> None:
     """A masked model needs a mask id and a block length (the yaml's, or for a local checkpoint its config /
     tokenizer files), a valid decode layout, and a sampler block length that divides the model's."""
-    from models.masked_checks import DecodeLayout, check_masked_model
+    from models.loading.masked_checks import DecodeLayout, check_masked_model
 
     attention, context = str(model.get("attention")), str(model.get("context"))
     layout = DecodeLayout(**{k: model[k] for k in ("canvas", "block_origin", "schedule", "confidence") if k in model})

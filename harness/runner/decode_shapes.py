@@ -52,7 +52,7 @@ def assisted(inputs: ShapeInputs) -> DecodeShape:
 
 def masked(inputs: ShapeInputs) -> DecodeShape:
     """A block of L per step, blocks aligned at position 0 (Dream: the whole answer is one block)."""
-    from models import masked_memory, memory
+    from models.planning import masked_memory, memory
 
     model, config = inputs.model, inputs.config
     canvas = inputs.sampler.block_length or model.get("block_length")
