@@ -102,11 +102,11 @@ class CodeTaskEval(Eval):
         super().__init__(max_new_tokens=max_new_tokens, stop_strings=stops, limit=limit)
         self.task, self.data_file, self.hub_repo = task, data_file, hub_repo or HUB[task][0]
         self.name = name or f"d3llm_{task}"
-        self.grader = CodeGrader(SandboxSettings.from_config(sandbox), timeout_s, memory_mb)
-        self.sandbox_environment = self.grader.environment()  # refuses now, before any model loads
         self._problems: dict[str, CodeProblem] | None = None
         if data_file:
-            self.problems()
+            self.problems()  # a missing or malformed file fails before any model loads
+        self.grader = CodeGrader(SandboxSettings.from_config(sandbox), timeout_s, memory_mb)
+        self.sandbox_environment = self.grader.environment()  # refuses now, before any model loads
 
     def hub_datasets(self) -> list[str]:
         return [] if self.data_file else [self.hub_repo]

@@ -18,7 +18,7 @@ from fractions import Fraction
 INVALID = "[invalid]"
 GSM8K_STRICT = re.compile(r"The answer is (\-?[0-9\.\,]+)\.")
 GSM8K_NUMBER = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
-MINERVA_FINAL = re.compile(r"Final Answer: The final answer is(.*?)\. I hope it is correct\.", re.S)
+MINERVA_FINAL = re.compile(r"Final Answer: The final answer is(.*?). I hope it is correct.")  # Minerva's own pattern
 MINERVA_END = "I hope it is correct."
 
 
@@ -67,7 +67,7 @@ def last_boxed(text: str) -> str | None:
 
 def math_answer(reply: str) -> str:
     """The final answer of a MATH reply: Minerva's closing sentence, else the last box, else INVALID."""
-    found = MINERVA_FINAL.search(reply + MINERVA_END)  # a reply cut right after the answer still counts
+    found = MINERVA_FINAL.search(reply + MINERVA_END)  # as Minerva: a reply cut after "is X. " still counts
     if found and found.group(1).strip():
         return found.group(1).strip()
     boxed = last_boxed(reply)
