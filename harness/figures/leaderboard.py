@@ -2,10 +2,14 @@
 
 `experiment=d3llm_leaderboard` runs GSM8K (CoT), MATH, HumanEval and MBPP with d3LLM's protocol (evals/code_tasks,
 evals/math_reasoning); the sweep summary (`harness.figures.pareto.make_report`) then draws, for each of those evals,
-accuracy (percent) against tokens per forward: our runs as filled markers, one series per model with its AUP (the
-summary's `aup_d3llm`), and the published d3LLM-LLaDA, d3LLM-Dream, Fast-dLLM-v2 and EAGLE-3 points
-(`d3llm_published.yaml`, with its source) as hollow markers joined by dashed lines, labelled "published, not re-run",
-each with the AUP the leaderboard's formula gives it against its own table's y_max.
+accuracy (percent) against tokens per forward:
+
+- our runs as filled markers, one series per model, with its AUP (`harness.analysis.aup.aup_d3llm` over its Pareto
+  front) against the y_max of our runs and the published rows together, as the leaderboard would score a new method
+  (the summary's `aup_d3llm` takes our runs' y_max alone);
+- the published d3LLM-LLaDA, d3LLM-Dream, Fast-dLLM-v2 and EAGLE-3 points (`d3llm_published.yaml`, with its source)
+  as hollow markers joined by dashed lines, labelled "published, not re-run", each with the AUP the leaderboard's
+  formula gives it against its own table's y_max.
 """
 
 from __future__ import annotations
@@ -51,15 +55,18 @@ def published() -> tuple[str, str, dict[str, tuple[PublishedRow, ...]]]:
     return data["source"], data["label"], rows
 
 
-def _our_points(runs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """(legend label, runs sorted by TPF) per model, for the runs with both numbers."""
+def _our_points(runs: pd.DataFrame, published_y_max: float) -> list[tuple[str, pd.DataFrame]]:
+    """(legend label, runs sorted by TPF) per model, for the runs with both numbers. Each label carries the model's
+    AUP over its Pareto front (`on_front`, as the summary scores it) against the y_max the leaderboard would use with
+    our runs added to its table: the best accuracy of our runs and of the published rows of this task."""
     runs = runs.assign(_acc=100 * pd.to_numeric(runs["quality"], errors="coerce"))
     runs = runs.dropna(subset=["tpf", "_acc"]).sort_values("tpf")
+    y_max = max([published_y_max, *runs["_acc"]])
     out = []
     for model, g in runs.groupby("model", sort=True):
-        aup = pd.to_numeric(g.get("aup_d3llm"), errors="coerce").dropna() if "aup_d3llm" in g else pd.Series()
-        label = f"{model} (ours" + (f", AUP {aup.iloc[0]:.1f})" if len(aup) else ")")
-        out.append((label, g))
+        front = g[g["on_front"].astype(bool)] if "on_front" in g else g
+        aup = aup_d3llm(front["tpf"], front["_acc"], y_max) if y_max > 0 and (front["tpf"] > 0).all() else float("nan")
+        out.append((f"{model} (ours, AUP {aup:.1f} at y_max {y_max:.1f})", g))
     return out
 
 
@@ -68,7 +75,8 @@ def leaderboard_figure(runs: pd.DataFrame, eval_name: str) -> Figure:
     source, label, rows = published()
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.subplots()
-    for i, (name, g) in enumerate(_our_points(runs)):
+    y_max = max([r.y_max for r in rows.get(eval_name, ())], default=0.0)
+    for i, (name, g) in enumerate(_our_points(runs, y_max)):
         ax.plot(g["tpf"], g["_acc"], marker="o", markersize=8, linestyle="-", color=f"C{i}", label=name)
     for j, row in enumerate(rows.get(eval_name, ())):
         tpf, acc = zip(*row.points, strict=True)
