@@ -62,6 +62,32 @@ def test_bad_protocol_fails_before_any_model_loads(tmp_path):
     assert not list(tmp_path.rglob("samples.jsonl"))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "task, repo",
+    [
+        ("gsm8k_cot", "openai/gsm8k"),
+        ("math", "EleutherAI/hendrycks_math"),
+        pytest.param("mbpp", "google-research-datasets/mbpp", marks=pytest.mark.sandbox),  # its eval checks bwrap
+    ],
+)
+def test_hub_data_is_checked_before_any_model_loads(task, repo, tmp_path):
+    """The real path reads the hub set; offline and not cached, the run fails up front naming it."""
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.run", "model=tiny_ar", f"eval=d3llm_{task}", f"paths.output_dir={tmp_path}"],
+        cwd=REPO,
+        env={**app_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and f"eval=d3llm_{task}: the hub data set {repo} is not in this machine's cache" in (
+        proc.stderr
+    )
+    assert not list(tmp_path.rglob("samples.jsonl"))
+
+
 def test_a_closing_assistant_message_is_continued():
     """The dream protocol's reply prefix ("Here is the completed function: ..."): the prompt ends inside it."""
     from transformers import AutoTokenizer
