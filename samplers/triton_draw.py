@@ -210,26 +210,10 @@ if triton is not None:
         tl.store(sampled_ptr + rows, (chunk * K + pos).to(tl.int64), mask=rmask)
 
 
-def fused_draw(
-    raw: torch.Tensor,
-    temperature: torch.Tensor,
-    u: torch.Tensor,
-    softcap: float | None = None,
-    processed_out: torch.Tensor | None = None,
-    *,
-    chunk: int | None = None,
-    rows: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample, argmax, entropy (nats) and confidence (max probability) of softmax(x), one row each.
-
-    raw: (N, V) float32/bfloat16/float16 raw LM-head logits (rows may be strided, tokens contiguous);
-    x = softcap * tanh(raw / softcap) (skipped when softcap is None; -inf stays -inf), then
-    x / temperature[row]. temperature: (N,) > 0. u: (N,) float64/float32 uniforms in [0, 1);
-    `sampled` is the inverse-CDF token of u. processed_out: optional (N, V) float tensor of any float
-    dtype, written with x. chunk: tile and first-level chunk size (power of two, default
-    `chunk_size(V)`); rows: rows per program (power of two, default `rows_per_program`).
-    Returns sampled (N,) int64, argmax (N,) int64, entropy (N,) float32, confidence (N,) float32.
-    """
+def _check_inputs(
+    raw: torch.Tensor, temperature: torch.Tensor, u: torch.Tensor, processed_out: torch.Tensor | None
+) -> None:
+    """`fused_draw`'s arguments as its docstring states them, else a named error before any launch."""
     if triton is None:  # a declared dependency (requirements.txt)
         raise RuntimeError("samplers.triton_draw needs triton (pip install -r requirements.txt)")
     if raw.device.type == "cpu" and not _KERNEL_INTERPRETED:
@@ -253,6 +237,30 @@ def fused_draw(
             raise ValueError("processed_out must be a float (N, V) tensor with contiguous rows")
         if processed_out.device != raw.device:
             raise ValueError("processed_out must be on raw's device")
+
+
+def fused_draw(
+    raw: torch.Tensor,
+    temperature: torch.Tensor,
+    u: torch.Tensor,
+    softcap: float | None = None,
+    processed_out: torch.Tensor | None = None,
+    *,
+    chunk: int | None = None,
+    rows: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample, argmax, entropy (nats) and confidence (max probability) of softmax(x), one row each.
+
+    raw: (N, V) float32/bfloat16/float16 raw LM-head logits (rows may be strided, tokens contiguous);
+    x = softcap * tanh(raw / softcap) (skipped when softcap is None; -inf stays -inf), then
+    x / temperature[row]. temperature: (N,) > 0. u: (N,) float64/float32 uniforms in [0, 1);
+    `sampled` is the inverse-CDF token of u. processed_out: optional (N, V) float tensor of any float
+    dtype, written with x. chunk: tile and first-level chunk size (power of two, default
+    `chunk_size(V)`); rows: rows per program (power of two, default `rows_per_program`).
+    Returns sampled (N,) int64, argmax (N,) int64, entropy (N,) float32, confidence (N,) float32.
+    """
+    _check_inputs(raw, temperature, u, processed_out)
+    n, v = raw.shape
     k = chunk_size(v) if chunk is None else int(chunk)
     if k < 1 or k & (k - 1):
         raise ValueError(f"chunk must be a power of two, got {k}")

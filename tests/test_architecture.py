@@ -9,6 +9,9 @@ resolved. Excluded: imports under `if TYPE_CHECKING:` (never executed; annotatio
 (`importlib.import_module`, Hydra `_target_`), and third-party modules. `from pkg import name` is an edge to
 the module `pkg.name` when that is a project module, else to `pkg` (its `__init__`); the implicit import of
 parent packages is not counted, so a package `__init__` re-exporting its submodules makes no cycle by itself.
+
+And sizes: no source file over 450 lines, no function in the packages over 80 (ruff has no such rule), except
+those `EXEMPT_FUNCTIONS` names with the reason; an exemption that no longer applies fails too.
 """
 
 from __future__ import annotations
@@ -286,3 +289,71 @@ def test_checker_passes_a_clean_tree(tmp_path):
         "samplers/__init__.py:1: samplers -> samplers.a",
     ]
     assert upward_imports(edges) == [] and import_cycles(edges) == []
+
+
+# -- function length -----------------------------------------------------------------------------------------
+
+MAX_FUNCTION_LINES = 80  # def line to last line (decorators aside); ruff has no such rule, so this test is it
+EXEMPT_FUNCTIONS = {  # "path::qualname": why it stays long; the test fails when an entry no longer applies
+    "samplers/triton_draw.py::_fused_draw_kernel": "one Triton @jit kernel is one compiled program: a split "
+    "would add device calls or inline helpers the compiler then re-fuses",
+}
+
+
+def _functions(node: ast.AST, prefix: str = ""):
+    """(qualname, length in lines) for every function under `node`, methods and nested functions included."""
+    for child in ast.iter_child_nodes(node):
+        name = prefix
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = f"{prefix}{child.name}"
+            if not isinstance(child, ast.ClassDef):
+                yield name, child.end_lineno - child.lineno + 1
+            name += "."
+        yield from _functions(child, name)
+
+
+def long_functions(root: Path, packages=PACKAGES, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """Map "path::qualname" to its length for every function over `limit` lines (def line to last line,
+    decorators aside)."""
+    found = {}
+    for path in project_modules(root, packages).values():
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        found.update({f"{rel}::{name}": n for name, n in _functions(tree) if n > limit})
+    return found
+
+
+def function_length_report(long: dict[str, int], exempt: dict[str, str]) -> list[str]:
+    """One line per function over the limit that is not exempt, and per exemption that no longer applies."""
+    over = [f"{key}: {n} lines" for key, n in sorted(long.items()) if key not in exempt]
+    stale = [
+        f"{key}: exempt, but gone or now short (remove the exemption)" for key in sorted(exempt) if key not in long
+    ]
+    return over + stale
+
+
+def test_no_function_is_over_80_lines():
+    bad = function_length_report(long_functions(REPO), EXEMPT_FUNCTIONS)
+    if bad:
+        pytest.fail(
+            _report(f"functions over {MAX_FUNCTION_LINES} lines (split them into named helpers)", bad), pytrace=False
+        )
+
+
+def test_function_length_checker(tmp_path):
+    def lines(n: int, indent: int) -> str:
+        return (" " * indent + "x = 1\n") * n
+
+    source = (
+        f"def short():\n{lines(79, 4)}"  # 80 lines: at the limit, allowed
+        f"class C:\n    def meth(self):\n{lines(80, 8)}"  # a method, 81 lines
+        f"def outer():\n    def inner():\n{lines(80, 8)}"  # a nested function (81) inside its parent (82)
+    )
+    root = _tree(tmp_path, {"models/m.py": source})
+    assert long_functions(root) == {"models/m.py::C.meth": 81, "models/m.py::outer": 82, "models/m.py::outer.inner": 81}
+    exempt = {"models/m.py::outer": "nested helpers", "models/m.py::short": "was long once"}
+    assert function_length_report(long_functions(root), exempt) == [
+        "models/m.py::C.meth: 81 lines",
+        "models/m.py::outer.inner: 81 lines",
+        "models/m.py::short: exempt, but gone or now short (remove the exemption)",
+    ]

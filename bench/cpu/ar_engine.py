@@ -242,6 +242,49 @@ def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def print_report(payload: dict[str, Any], path: Path, draft_batches: list[int]) -> None:
+    """The bench's sections as tables on stdout."""
+    info, ar_rows, varied = payload["machine"], payload["ar_vs_generate"], payload["varied_length"]
+    draft, conc, fig = payload["draft"], payload["concurrency"], payload["figure"]
+    print_machine(info)
+    print(f"NOTE: {CPU_NOTE}")
+    print("\n1-2. AR engine vs generate() (tokens/s of valid tokens; ratio = ours / generate)")
+    print(
+        table(
+            ar_rows + [{**varied, "batch": f"{varied['batch']} varied {VARIED[0]}..{VARIED[1]}"}],
+            [
+                "batch",
+                "requests",
+                "tokens",
+                "ours_tokens_per_s",
+                "generate_tokens_per_s",
+                "ratio",
+                "median_round_ratio",
+                "same_tokens",
+            ],
+        )
+    )
+    print(
+        f"varied: row utilization ours {varied['ours_row_utilization']:.2f}, "
+        f"generate {varied['generate_row_utilization']:.2f} (target ratio >= 1.3)"
+    )
+    print(f"\n3. AR + draft (k={K}, constant) vs transformers' assisted generation at B=1 (identical = greedy AR)")
+    print(
+        table(
+            draft["rows"],
+            ["decoder", "batch", "requests", "tokens", "tokens_per_s", "target_forwards", "tpf", "same_tokens"],
+        )
+    )
+    top = max(draft_batches)
+    print(
+        f"ours B={top} / ours B=1: {draft[f'ours_b{top}_over_b1']:.2f}x (target >= 3); "
+        f"ours B=1 / assisted B=1: {draft['ours_b1_over_assisted_b1']:.2f}x"
+    )
+    print("\n4. tokens/s vs concurrency")
+    print(table(conc, ["decoder", "concurrency", "requests", "per_user_tokens_per_s", "total_tokens_per_s"]))
+    print(f"\nwrote {path} and {fig} ({payload['total_s']:.0f}s; {CPU_NOTE})")
+
+
 def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = False) -> dict[str, Any]:
     from contract.paths import resolve_path
     from harness.engine.decode import BlockDiffusionDecoder
@@ -300,43 +343,7 @@ def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = Fa
     payload["total_s"] = time.perf_counter() - t_start
     path = write_json("ar_engine", payload, out)
     if not quiet:
-        print_machine(info)
-        print(f"NOTE: {CPU_NOTE}")
-        print("\n1-2. AR engine vs generate() (tokens/s of valid tokens; ratio = ours / generate)")
-        print(
-            table(
-                ar_rows + [{**varied, "batch": f"{varied['batch']} varied {VARIED[0]}..{VARIED[1]}"}],
-                [
-                    "batch",
-                    "requests",
-                    "tokens",
-                    "ours_tokens_per_s",
-                    "generate_tokens_per_s",
-                    "ratio",
-                    "median_round_ratio",
-                    "same_tokens",
-                ],
-            )
-        )
-        print(
-            f"varied: row utilization ours {varied['ours_row_utilization']:.2f}, "
-            f"generate {varied['generate_row_utilization']:.2f} (target ratio >= 1.3)"
-        )
-        print(f"\n3. AR + draft (k={K}, constant) vs transformers' assisted generation at B=1 (identical = greedy AR)")
-        print(
-            table(
-                draft["rows"],
-                ["decoder", "batch", "requests", "tokens", "tokens_per_s", "target_forwards", "tpf", "same_tokens"],
-            )
-        )
-        top = max(cfg["draft_batches"])
-        print(
-            f"ours B={top} / ours B=1: {draft[f'ours_b{top}_over_b1']:.2f}x (target >= 3); "
-            f"ours B=1 / assisted B=1: {draft['ours_b1_over_assisted_b1']:.2f}x"
-        )
-        print("\n4. tokens/s vs concurrency")
-        print(table(conc, ["decoder", "concurrency", "requests", "per_user_tokens_per_s", "total_tokens_per_s"]))
-        print(f"\nwrote {path} and {fig} ({payload['total_s']:.0f}s; {CPU_NOTE})")
+        print_report(payload, path, cfg["draft_batches"])
     return payload
 
 

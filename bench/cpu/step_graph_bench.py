@@ -126,6 +126,21 @@ def _side_by_side(eager, compiled, repeats: int, device: str = "cpu") -> dict[st
     }
 
 
+def _three_ways(eager, two, one, repeats: int, device: str) -> dict[str, Any]:
+    """`_side_by_side` for a commit step: eager, as two graphs and folded into one."""
+    ops = {name: host_ops(fn) for name, fn in (("eager", eager), ("two", two), ("one", one))}
+    times = interleaved({"eager": eager, "two": two, "one": one}, repeats=repeats, device=device)
+    return {
+        "eager_host_ops": ops["eager"],
+        "two_graphs_host_ops": ops["two"],
+        "folded_host_ops": ops["one"],
+        "eager_ms": 1e3 * median(times["eager"]),
+        "two_graphs_ms": 1e3 * median(times["two"]),
+        "folded_ms": 1e3 * median(times["one"]),
+        "speedup": median(times["eager"]) / median(times["one"]),
+    }
+
+
 def _explain(whole, state, canvas, history, logits, keys, temperature, b):
     args = whole.graph_args(state, canvas, history, logits.clone(), [True] * b, keys, temperature)
     with torch.no_grad():
@@ -197,18 +212,10 @@ def compare_fold(
     one()  # compiles
     compile_s = time.perf_counter() - t0
     (ref, ref_hidden), (got, got_hidden) = eager(), one()
-    ops = {name: host_ops(fn) for name, fn in (("eager", eager), ("two", two), ("one", one))}
-    times = interleaved({"eager": eager, "two": two, "one": one}, repeats=repeats, device=str(adapter.device))
     return {
         "batch": b,
         "committing": k,
-        "eager_host_ops": ops["eager"],
-        "two_graphs_host_ops": ops["two"],
-        "folded_host_ops": ops["one"],
-        "eager_ms": 1e3 * median(times["eager"]),
-        "two_graphs_ms": 1e3 * median(times["two"]),
-        "folded_ms": 1e3 * median(times["one"]),
-        "speedup": median(times["eager"]) / median(times["one"]),
+        **_three_ways(eager, two, one, repeats, str(adapter.device)),
         "compile_s": compile_s,
         "graphs": commit_graph.graphs + step_graph.graphs,
         "max_logits_diff": float((states["one"][3] - states["eager"][3]).abs().max()),

@@ -34,6 +34,7 @@ import argparse
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,6 +55,21 @@ from bench.gpu.gpu_estimates import PLAN_COLUMNS, memory_plan, plan_gpu, versus_
 from bench.gpu.gpu_step_costs import COMPILED_COLUMNS, FORWARD_COLUMNS, SAMPLER_COLUMNS, forward_costs
 
 PHASES = ("forward", "sampler", "experts", "agreement", "loop", "compiled")
+CONTAINS = {  # what each figure holds, written into the JSON
+    "denoise_ms": "adapter.denoise: canvas embeddings + 30 bidirectional decoder layers over the canvas and "
+    "the cached context + final norm + LM head (V logits per canvas position) written into the "
+    "engine's logits buffer (logits_dtype); the soft cap is in the sampler step",
+    "denoise_selfcond_ms": "the same plus self-conditioning (softmax over V x embedding matrix + its FFW block)",
+    "ar_token_ms": "1-token causal encoder forward appending to the same cache + LM head over that token + "
+    "float32 + final soft cap (an AR decode step)",
+    "ar_token_no_head_ms": "the same without the LM head (the figure before; overstates denoise/AR)",
+    "engine_s": "BlockDiffusionDecoder(adapter, sampler).stream(requests, batch_size=b) to the last result",
+    "bare_s": "the engine's prefill + denoise + commit calls (same counts, same logits buffers), no sampling",
+    "generate_s": "model.generate() at the same batch, steps and canvases",
+    "compiled": "bench.cpu.step_graph_bench.compare: one denoising step "
+    "(self-conditioning, decoder, LM head, sampler) eager (denoise + sampler_step) vs model.compile=step's "
+    "graph (CUDA graphs on CUDA), host ops and ms",
+}
 
 
 @dataclass
@@ -105,6 +121,46 @@ class CheckConfig:
         )
 
 
+def _say_memory_plan(say: Callable[..., None], plan: dict[str, Any]) -> None:
+    """The memory plan per batch size, its total and budget, and why batches were dropped."""
+    say(
+        table(
+            plan["rows"],
+            ["batch", "engine_estimate_gib", "engine_phase", "engine_fits", "generate_estimate_gib", "generate_fits"],
+        )
+    )
+    say(
+        f"memory: {plan['total_gib']:.1f} GiB ({plan['source']}), budget {plan['budget_gib']:.1f} GiB; "
+        f"largest batch that fits: {plan['largest_batch_that_fits']}"
+    )
+    for note in plan["notes"]:
+        say("note: " + note)
+
+
+def _new_payload(cfg: CheckConfig, info: dict, build: dict, plan: dict[str, Any], fused: bool) -> dict[str, Any]:
+    """The JSON before any phase ran: config, machine, build, memory plan and an empty list per phase."""
+    return {
+        "bench": "gpu_check",
+        "tiny": cfg.tiny,
+        "complete": False,
+        "config": asdict(cfg),
+        "machine": info,
+        "build": build,
+        "engine_sampling": "fused kernel" if fused else "torch draw_fast",
+        "contains": CONTAINS,
+        "memory": plan,
+        "forward": [],
+        "loop": [],
+        "compiled": [],
+        "compiled_fold": [],
+        "agreement": None,
+        "sampler": [],
+        "experts": [],
+        "phase_s": {},
+        "skipped": [],
+    }
+
+
 def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> dict[str, Any]:
     try:
         from transformers import DiffusionGemmaForBlockDiffusion  # noqa: F401
@@ -114,10 +170,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
         raise SystemExit(
             f"transformers {transformers.__version__} has no DiffusionGemma ({e}); see docs/gpu_check.md"
         ) from e
-    from bench.cpu import sampler_step_bench as sampler_step
-    from bench.gpu import moe_experts
     from harness.engine.decode import BlockDiffusionDecoder
-    from models.kernels import fused_moe
     from models.tiny import char_tokenizer
 
     if is_cuda(cfg.device) and not torch.cuda.is_available():
@@ -144,183 +197,18 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     say("build: " + ", ".join(f"{k}={val}" for k, val in build.items()))
     # no EOS id the model can sample: every row runs to max_new_tokens, so every contender makes the same forwards
     adapter = make_adapter(model, char_tokenizer(), eos_ids=[model.config.text_config.vocab_size])
-    v, c = adapter.vocab_size, adapter.canvas_length
     fused = BlockDiffusionDecoder(adapter, engine_sampler(cfg)).fused
     plan = memory_plan(model, cfg, params)
-    say(
-        table(
-            plan["rows"],
-            ["batch", "engine_estimate_gib", "engine_phase", "engine_fits", "generate_estimate_gib", "generate_fits"],
-        )
-    )
-    say(
-        f"memory: {plan['total_gib']:.1f} GiB ({plan['source']}), budget {plan['budget_gib']:.1f} GiB; "
-        f"largest batch that fits: {plan['largest_batch_that_fits']}"
-    )
-    for note in plan["notes"]:
-        say("note: " + note)
-    payload: dict[str, Any] = {
-        "bench": "gpu_check",
-        "tiny": cfg.tiny,
-        "complete": False,
-        "config": asdict(cfg),
-        "machine": info,
-        "build": build,
-        "engine_sampling": "fused kernel" if fused else "torch draw_fast",
-        "contains": {
-            "denoise_ms": "adapter.denoise: canvas embeddings + 30 bidirectional decoder layers over the canvas and "
-            "the cached context + final norm + LM head (V logits per canvas position) written into the "
-            "engine's logits buffer (logits_dtype); the soft cap is in the sampler step",
-            "denoise_selfcond_ms": "the same plus self-conditioning (softmax over V x embedding matrix + its FFW "
-            "block)",
-            "ar_token_ms": "1-token causal encoder forward appending to the same cache + LM head over that token + "
-            "float32 + final soft cap (an AR decode step)",
-            "ar_token_no_head_ms": "the same without the LM head (the figure before; overstates denoise/AR)",
-            "engine_s": "BlockDiffusionDecoder(adapter, sampler).stream(requests, batch_size=b) to the last result",
-            "bare_s": "the engine's prefill + denoise + commit calls (same counts, same logits buffers), no sampling",
-            "generate_s": "model.generate() at the same batch, steps and canvases",
-            "compiled": "bench.cpu.step_graph_bench.compare: one denoising step "
-            "(self-conditioning, decoder, LM head, sampler) eager (denoise + sampler_step) vs model.compile=step's "
-            "graph (CUDA graphs on CUDA), host ops and ms",
-        },
-        "memory": plan,
-        "forward": [],
-        "loop": [],
-        "compiled": [],
-        "compiled_fold": [],
-        "agreement": None,
-        "sampler": [],
-        "experts": [],
-        "phase_s": {},
-        "skipped": [],
-    }
+    _say_memory_plan(say, plan)
+    payload = _new_payload(cfg, info, build, plan, fused)
     name = "gpu_check_tiny" if cfg.tiny else "gpu_check"
     dest = {"out_dir": out_dir} if out_dir else {}
     path = write_json(name, payload, **dest)
-
-    def phase(key: str, fn) -> None:
-        if key not in cfg.phases:
-            return
-        t = time.perf_counter()
-        try:
-            fn()
-        finally:
-            payload["phase_s"][key] = payload["phase_s"].get(key, 0.0) + time.perf_counter() - t
-            payload["total_s"] = time.perf_counter() - t0
-            write_json(name, payload, **dest)
-
-    def note(text: str) -> None:
-        payload["skipped"].append(text)
-        say(f"note: {text}")
-
-    def guarded(what: str, fn):
-        """Run fn; an OOM is recorded (and the run goes on) instead of ending the check. So is any other error on
-        a GPU, where the code runs for the first time and a rerun costs minutes of a lent machine; on the CPU
-        (`--tiny`, the tests) it is raised."""
-        try:
-            return fn()
-        except torch.OutOfMemoryError as e:
-            note(f"{what}: out of memory ({str(e).splitlines()[0][:160]})")
-            reset_peak_memory(cfg.device)
-        except Exception as e:
-            if not is_cuda(cfg.device):
-                raise
-            note(f"{what}: failed: {type(e).__name__}: {str(e)[:300]}")
-            reset_peak_memory(cfg.device)
-        return None
-
-    def record(key: str, row) -> None:
-        """Keep a measured row, on disk at once: a run killed at its time limit keeps every finished row."""
-        if row:
-            payload[key].append(row)
-            write_json(name, payload, **dest)
-
-    def forwards():
-        for b in plan["batches"]:
-            record("forward", guarded(f"forward batch {b}", lambda b=b: forward_costs(adapter, b, cfg, fused)))
-        say(table(payload["forward"], FORWARD_COLUMNS))
-
-    def sampler():
-        for b in cfg.sampler_batches:
-            row = guarded(
-                f"sampler batch {b}",
-                lambda b=b: sampler_step.bench_one(b, c, v, cfg.sampler_repeats, warmup=1, device=cfg.device),
-            )
-            record("sampler", row)
-        say(table(payload["sampler"], SAMPLER_COLUMNS))
-
-    def experts():
-        if not fused_moe.available(cfg.device):
-            note("experts: model.experts=triton needs CUDA (or TRITON_INTERPRET=1)")
-            return
-        for b in plan["batches"]:
-            record("experts", guarded(f"experts batch {b}", lambda b=b: moe_experts.compare(model, b, c, cfg.repeats)))
-        say(table(payload["experts"], moe_experts.COLUMNS))
-
-    def agreement():
-        if plan["agree_requests"] >= 2:
-            payload["agreement"] = guarded("agreement", lambda: batch_agreement(adapter, cfg, plan["agree_requests"]))
-        if payload["agreement"]:
-            say(table([payload["agreement"]], AGREE_COLUMNS))
-
-    def loops():
-        for b in plan["batches"]:
-            projected = projected_loop_s(cfg, b, payload["forward"], c, b in plan["generate_batches"])
-            if time.perf_counter() - t0 + projected > cfg.deadline_s:
-                note(
-                    f"loop batch {b}: would end past the {cfg.deadline_s:.0f}s deadline "
-                    f"(projected {projected:.0f}s from the forward timings)"
-                )
-                continue
-            row = guarded(f"loop batch {b}", lambda b=b: loop_overhead(adapter, cfg, b, b in plan["generate_batches"]))
-            record("loop", row)
-        say(table(payload["loop"], LOOP_COLUMNS))
-
-    phase("forward", forwards)
-    phase("sampler", sampler)
-    phase("experts", experts)
-    phase("agreement", agreement)
-
-    def compiled():
-        """`model.compile=step`'s step (one graph per bucket; CUDA graphs on CUDA) vs the eager step: host ops, step
-        time, compile time, graphs and breaks, logits difference and tokens. Last: compiling the 26B step takes
-        minutes, so a batch is skipped unless it is projected to end before the deadline: 1.5x the first batch's
-        wall time for a later batch (its own compile), 3x for the fold (three graphs compile)."""
-        from bench.cpu import step_graph_bench as step_graph
-
-        mode = "reduce-overhead" if is_cuda(cfg.device) else None
-        first_s = 0.0  # the first compiled batch's wall time, which the projections scale
-
-        def fits(what: str, factor: float) -> bool:
-            elapsed = time.perf_counter() - t0
-            if elapsed + factor * first_s <= cfg.deadline_s:
-                return True
-            note(f"{what}: would end past the {cfg.deadline_s:.0f}s deadline (projected {factor * first_s:.0f}s)")
-            return False
-
-        for b in cfg.compiled_batches:
-            if not fits(f"compiled batch {b}", 1.5):
-                continue
-            t = time.perf_counter()
-            row = guarded(
-                f"compiled batch {b}",
-                lambda b=b: step_graph.compare(adapter, b, cfg.repeats, mode, cfg.compile_backend),
-            )
-            first_s = first_s or time.perf_counter() - t
-            record("compiled", row and {**row, "mode": mode, "backend": cfg.compile_backend})
-        say(table(payload["compiled"], COMPILED_COLUMNS))
-        b = max(cfg.compiled_batches, default=0)
-        if b and fits(f"compiled fold batch {b}", 3.0):  # a step with a third of its rows committing
-            fold = guarded(
-                f"compiled fold batch {b}",
-                lambda: step_graph.compare_fold(adapter, b, max(1, b // 3), cfg.repeats, mode, cfg.compile_backend),
-            )
-            if fold:
-                record("compiled_fold", {**fold, "mode": mode, "backend": cfg.compile_backend})
-                say(table(payload["compiled_fold"], list(fold)))
-
-    phase("loop", loops)
-    phase("compiled", compiled)
+    phases = _Phases(cfg, payload, name, dest, t0, say, model, adapter, plan, fused)
+    for key, fn in zip(
+        PHASES, (phases.forwards, phases.sampler, phases.experts, phases.agreement, phases.loops, phases.compiled)
+    ):
+        phases.phase(key, fn)
     payload["versus_plan"] = versus_plan(payload, cfg.plan)
     if payload["versus_plan"]:
         say(f"measured vs predicted ({cfg.plan}; roofline, GPU time only):")
@@ -334,6 +222,162 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     path = write_json(name, payload, **dest)
     say(f"total {payload['total_s']:.1f}s; wrote {path}")
     return payload
+
+
+@dataclass
+class _Phases:
+    """The check's phases and what they share: every measured row is written at once, and an OOM (on a GPU, any
+    error) is noted and the run goes on."""
+
+    cfg: CheckConfig
+    payload: dict[str, Any]
+    name: str
+    dest: dict[str, str]
+    t0: float
+    say: Callable[..., None]
+    model: Any
+    adapter: Any
+    plan: dict[str, Any]
+    fused: bool
+
+    def phase(self, key: str, fn) -> None:
+        if key not in self.cfg.phases:
+            return
+        t = time.perf_counter()
+        try:
+            fn()
+        finally:
+            self.payload["phase_s"][key] = self.payload["phase_s"].get(key, 0.0) + time.perf_counter() - t
+            self.payload["total_s"] = time.perf_counter() - self.t0
+            write_json(self.name, self.payload, **self.dest)
+
+    def note(self, text: str) -> None:
+        self.payload["skipped"].append(text)
+        self.say(f"note: {text}")
+
+    def guarded(self, what: str, fn):
+        """Run fn; an OOM is recorded (and the run goes on) instead of ending the check. So is any other error on
+        a GPU, where the code runs for the first time and a rerun costs minutes of a lent machine; on the CPU
+        (`--tiny`, the tests) it is raised."""
+        try:
+            return fn()
+        except torch.OutOfMemoryError as e:
+            self.note(f"{what}: out of memory ({str(e).splitlines()[0][:160]})")
+            reset_peak_memory(self.cfg.device)
+        except Exception as e:
+            if not is_cuda(self.cfg.device):
+                raise
+            self.note(f"{what}: failed: {type(e).__name__}: {str(e)[:300]}")
+            reset_peak_memory(self.cfg.device)
+        return None
+
+    def record(self, key: str, row) -> None:
+        """Keep a measured row, on disk at once: a run killed at its time limit keeps every finished row."""
+        if row:
+            self.payload[key].append(row)
+            write_json(self.name, self.payload, **self.dest)
+
+    def forwards(self):
+        for b in self.plan["batches"]:
+            self.record(
+                "forward",
+                self.guarded(f"forward batch {b}", lambda b=b: forward_costs(self.adapter, b, self.cfg, self.fused)),
+            )
+        self.say(table(self.payload["forward"], FORWARD_COLUMNS))
+
+    def sampler(self):
+        from bench.cpu import sampler_step_bench as sampler_step
+
+        c, v = self.adapter.canvas_length, self.adapter.vocab_size
+        for b in self.cfg.sampler_batches:
+            row = self.guarded(
+                f"sampler batch {b}",
+                lambda b=b: sampler_step.bench_one(b, c, v, self.cfg.sampler_repeats, warmup=1, device=self.cfg.device),
+            )
+            self.record("sampler", row)
+        self.say(table(self.payload["sampler"], SAMPLER_COLUMNS))
+
+    def experts(self):
+        from bench.gpu import moe_experts
+        from models.kernels import fused_moe
+
+        c = self.adapter.canvas_length
+        if not fused_moe.available(self.cfg.device):
+            self.note("experts: model.experts=triton needs CUDA (or TRITON_INTERPRET=1)")
+            return
+        for b in self.plan["batches"]:
+            self.record(
+                "experts",
+                self.guarded(f"experts batch {b}", lambda b=b: moe_experts.compare(self.model, b, c, self.cfg.repeats)),
+            )
+        self.say(table(self.payload["experts"], moe_experts.COLUMNS))
+
+    def agreement(self):
+        if self.plan["agree_requests"] >= 2:
+            self.payload["agreement"] = self.guarded(
+                "agreement", lambda: batch_agreement(self.adapter, self.cfg, self.plan["agree_requests"])
+            )
+        if self.payload["agreement"]:
+            self.say(table([self.payload["agreement"]], AGREE_COLUMNS))
+
+    def loops(self):
+        c = self.adapter.canvas_length
+        for b in self.plan["batches"]:
+            projected = projected_loop_s(self.cfg, b, self.payload["forward"], c, b in self.plan["generate_batches"])
+            if time.perf_counter() - self.t0 + projected > self.cfg.deadline_s:
+                self.note(
+                    f"loop batch {b}: would end past the {self.cfg.deadline_s:.0f}s deadline "
+                    f"(projected {projected:.0f}s from the forward timings)"
+                )
+                continue
+            row = self.guarded(
+                f"loop batch {b}",
+                lambda b=b: loop_overhead(self.adapter, self.cfg, b, b in self.plan["generate_batches"]),
+            )
+            self.record("loop", row)
+        self.say(table(self.payload["loop"], LOOP_COLUMNS))
+
+    def compiled(self):
+        """`model.compile=step`'s step (one graph per bucket; CUDA graphs on CUDA) vs the eager step: host ops, step
+        time, compile time, graphs and breaks, logits difference and tokens. Last: compiling the 26B step takes
+        minutes, so a batch is skipped unless it is projected to end before the deadline: 1.5x the first batch's
+        wall time for a later batch (its own compile), 3x for the fold (three graphs compile)."""
+        from bench.cpu import step_graph_bench as step_graph
+
+        mode = "reduce-overhead" if is_cuda(self.cfg.device) else None
+        first_s = 0.0  # the first compiled batch's wall time, which the projections scale
+
+        def fits(what: str, factor: float) -> bool:
+            elapsed = time.perf_counter() - self.t0
+            if elapsed + factor * first_s <= self.cfg.deadline_s:
+                return True
+            self.note(
+                f"{what}: would end past the {self.cfg.deadline_s:.0f}s deadline (projected {factor * first_s:.0f}s)"
+            )
+            return False
+
+        for b in self.cfg.compiled_batches:
+            if not fits(f"compiled batch {b}", 1.5):
+                continue
+            t = time.perf_counter()
+            row = self.guarded(
+                f"compiled batch {b}",
+                lambda b=b: step_graph.compare(self.adapter, b, self.cfg.repeats, mode, self.cfg.compile_backend),
+            )
+            first_s = first_s or time.perf_counter() - t
+            self.record("compiled", row and {**row, "mode": mode, "backend": self.cfg.compile_backend})
+        self.say(table(self.payload["compiled"], COMPILED_COLUMNS))
+        b = max(self.cfg.compiled_batches, default=0)
+        if b and fits(f"compiled fold batch {b}", 3.0):  # a step with a third of its rows committing
+            fold = self.guarded(
+                f"compiled fold batch {b}",
+                lambda: step_graph.compare_fold(
+                    self.adapter, b, max(1, b // 3), self.cfg.repeats, mode, self.cfg.compile_backend
+                ),
+            )
+            if fold:
+                self.record("compiled_fold", {**fold, "mode": mode, "backend": self.cfg.compile_backend})
+                self.say(table(self.payload["compiled_fold"], list(fold)))
 
 
 def main(argv: list[str] | None = None) -> None:

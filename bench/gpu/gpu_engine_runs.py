@@ -81,6 +81,50 @@ def engine_sampler(cfg, **knobs):
 
 
 @torch.no_grad()
+def _bare_calls(adapter, prompts: list[list[int]], cfg, fused: bool):
+    """The engine's model calls for `cfg.canvases` canvases of `cfg.steps` steps (the same prefill + denoise +
+    commit calls, self-conditioning buffers included), without sampling: the loop's floor."""
+    dev, v, c, s, k, b = cfg.device, adapter.vocab_size, adapter.canvas_length, cfg.steps, cfg.canvases, len(prompts)
+    sc_dtype = adapter.dtype if fused else torch.float32
+
+    def bare():
+        state = adapter.prefill(prompts)
+        raw = torch.empty(b, c, v, dtype=sc_dtype, device=dev)
+        sc = torch.zeros(b, c, v, dtype=adapter.dtype, device=dev) if fused else raw
+        canvas = torch.randint(0, v, (b, c), device=dev)
+        every = [True] * b
+        for kk in range(k):
+            masks = adapter.canvas_masks(state, c)
+            for step in range(s):
+                adapter.denoise(state, canvas, masks, sc if step else None, every if step else None, out=raw)
+            if kk < k - 1:
+                state = adapter.commit(state, canvas)
+
+    return bare
+
+
+def _generate_once(adapter, hf, dev) -> tuple[int, str | None, dict[str, Any]]:
+    """One counted run of `generate()`: (decoder forwards, why it was skipped or None, its memory figures). An
+    out-of-memory is recorded, not raised: generate() holds far more logits than the engine, keep the rest."""
+    forwards, skipped, memory = 0, None, {}
+    reset_peak_memory(dev)
+
+    def count(*_):
+        nonlocal forwards
+        forwards += 1
+
+    handle = adapter.model.model.decoder.register_forward_pre_hook(count)
+    try:
+        hf()
+        memory = memory_gib(dev)
+    except torch.OutOfMemoryError as e:
+        skipped = f"out of memory ({str(e).splitlines()[0][:160]})"
+        reset_peak_memory(dev)
+    finally:
+        handle.remove()
+    return forwards, skipped, memory
+
+
 def loop_overhead(adapter, cfg, b: int, with_generate: bool) -> dict[str, Any]:
     """Wall of `canvases` canvases at `steps` fixed steps each: the engine as the harness runs it vs the bare
     model calls it makes (the same prefill + denoise + commit calls, self-conditioning buffers included, no
@@ -92,24 +136,11 @@ def loop_overhead(adapter, cfg, b: int, with_generate: bool) -> dict[str, Any]:
     prompts = random_prompts(v, b, [cfg.context] * b, seed=7)
     reqs = [GenerationRequest(f"r{i}", prompts[i], seed=i, max_new_tokens=k * c) for i in range(b)]
     dec = BlockDiffusionDecoder(adapter, engine_sampler(cfg, max_steps=s, stop_entropy=NEVER_STOP))
-    sc_dtype = adapter.dtype if dec.fused else torch.float32
 
     def engine():
         return list(dec.stream(reqs, batch_size=b))
 
-    def bare():
-        state = adapter.prefill(prompts)
-        raw = torch.empty(b, c, v, dtype=sc_dtype, device=dev)
-        sc = torch.zeros(b, c, v, dtype=adapter.dtype, device=dev) if dec.fused else raw
-        canvas = torch.randint(0, v, (b, c), device=dev)
-        every = [True] * b
-        for kk in range(k):
-            masks = adapter.canvas_masks(state, c)
-            for step in range(s):
-                adapter.denoise(state, canvas, masks, sc if step else None, every if step else None, out=raw)
-            if kk < k - 1:
-                state = adapter.commit(state, canvas)
-
+    bare = _bare_calls(adapter, prompts, cfg, dec.fused)
     ids = torch.tensor(prompts, device=dev)
     unreachable = adapter.vocab_size  # no sampled token ends a row early
 
@@ -133,21 +164,8 @@ def loop_overhead(adapter, cfg, b: int, with_generate: bool) -> dict[str, Any]:
         bare()
     hf_forwards, generate_skipped, generate_memory = 0, None, {}
     if with_generate:
-        reset_peak_memory(dev)
-
-        def count(*_):
-            nonlocal hf_forwards
-            hf_forwards += 1
-
-        handle = adapter.model.model.decoder.register_forward_pre_hook(count)
-        try:
-            hf()
-            generate_memory = memory_gib(dev)
-        except torch.OutOfMemoryError as e:  # generate() holds far more logits than the engine: keep the rest
-            with_generate, generate_skipped = False, f"out of memory ({str(e).splitlines()[0][:160]})"
-            reset_peak_memory(dev)
-        finally:
-            handle.remove()
+        hf_forwards, generate_skipped, generate_memory = _generate_once(adapter, hf, dev)
+        with_generate = generate_skipped is None
     fns = {"bare": bare, "engine": engine, **({"generate": hf} if with_generate else {})}
     try:
         times = interleaved(fns, repeats=cfg.loop_repeats, warmup=0, device=dev)

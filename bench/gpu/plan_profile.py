@@ -239,6 +239,18 @@ def trace_gemma4(model, tracer: Tracer, b: int) -> dict[str, Any]:
     return tracer.run(fn, rows=b, segment_module=model, segment=3, pre="other")
 
 
+def real_parameters(model, width_map: dict[int, int]) -> int:
+    """The real text model's parameter count: the twin's parameters at the real widths (vision tower aside,
+    tied weights once)."""
+    seen, count = set(), 0
+    for n, p in model.named_parameters():
+        if "vision" in n or p.untyped_storage().data_ptr() in seen:
+            continue
+        seen.add(p.untyped_storage().data_ptr())
+        count += math.prod([width_map.get(d, d) for d in p.shape])
+    return count
+
+
 def build_profile(verbose: bool = False, compute: bool = False, twins: dict | None = None) -> dict[str, Any]:
     """Trace every step kind once on the twins (1-2 minutes on 2 idle CPU cores, most of it the whole step at the
     real vocabulary). `compute`: run the matmul and attention kernels too (same records, slower; by default
@@ -296,14 +308,7 @@ def build_profile(verbose: bool = False, compute: bool = False, twins: dict | No
     gtracer = Tracer(gemma, layer_types, shapes.ctx_dims(), text.top_k_experts, compute)
     traces["gemma4"] = {str(b): trace_gemma4(gemma, gtracer, b) | small_v for b in (1, 3)}
     note("gemma4")
-    # real parameter count of the text model (the twin's parameters at the real widths)
-    wmap = shapes.width_map()
-    seen, real_params = set(), 0
-    for n, p in adapter.model.named_parameters():
-        if "vision" in n or p.untyped_storage().data_ptr() in seen:
-            continue
-        seen.add(p.untyped_storage().data_ptr())
-        real_params += math.prod([wmap.get(d, d) for d in p.shape])
+    real_params = real_parameters(adapter.model, shapes.width_map())
     return {
         "version": 1,
         "twin": twin,

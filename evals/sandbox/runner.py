@@ -185,19 +185,7 @@ class Sandbox:
 
     def _execute(self, argv, level, root, work_dir, stdin, stop_when, run_id, uid) -> SandboxResult:
         lim = self.limits
-        popen_kw: dict = {"start_new_session": True, "close_fds": True, "cwd": work_dir or "/"}
-        if uid is not None:  # else root starts the command, which mounts and then drops to the uid itself
-            popen_kw.update(user=uid, group=uid, extra_groups=[])
-        if level == "process":
-            popen_kw["env"] = {
-                "PATH": isolation.ENV_PATH,
-                "HOME": work_dir,
-                "LANG": "C.UTF-8",
-                "SANDBOX_RUN_ID": run_id,
-                **isolation.THREAD_ENV,
-            }
-        else:
-            popen_kw["env"] = {"PATH": isolation.ENV_PATH}
+        popen_kw = _popen_kwargs(level, work_dir, run_id, uid)
         stdin_f = None
         if stdin:
             stdin_path = os.path.join(root, "stdin")
@@ -269,6 +257,24 @@ class Sandbox:
             stopped_early=stopped,
             run_id=run_id,
         )
+
+
+def _popen_kwargs(level: str, work_dir: str | None, run_id: str, uid: int | None) -> dict:
+    """`subprocess.Popen`'s session, user, working directory and (minimal) environment for one run."""
+    popen_kw: dict = {"start_new_session": True, "close_fds": True, "cwd": work_dir or "/"}
+    if uid is not None:  # else root starts the command, which mounts and then drops to the uid itself
+        popen_kw.update(user=uid, group=uid, extra_groups=[])
+    if level == "process":
+        popen_kw["env"] = {
+            "PATH": isolation.ENV_PATH,
+            "HOME": work_dir,
+            "LANG": "C.UTF-8",
+            "SANDBOX_RUN_ID": run_id,
+            **isolation.THREAD_ENV,
+        }
+    else:
+        popen_kw["env"] = {"PATH": isolation.ENV_PATH}
+    return popen_kw
 
 
 # -- choosing the isolation level ---------------------------------------------------------------------

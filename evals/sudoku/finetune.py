@@ -89,6 +89,27 @@ def load_base(cfg: TrainConfig, device):
     return model, AutoTokenizer.from_pretrained(ref)
 
 
+def lora_loss(model, kind: str, obj, batch: list[Example], pad: int, canvas, device, gen) -> tuple[torch.Tensor, dict]:
+    """The loss of `kind` on one batch, and its parts (the diffusion objective's terms; none for a causal one)."""
+    if kind == "diffusion":
+        return block_diffusion_loss(model, obj, diffusion_batch(batch, pad, canvas, device), gen)
+    return causal_loss(model, batch, pad, device), {}
+
+
+def resume_lora(cfg: TrainConfig, state_path: Path, model, opt, device) -> tuple[int, float]:
+    """(step, elapsed seconds) to start from: 0 for a fresh run, else the saved run's, whose adapter weights and
+    optimizer state are loaded into `model` and `opt`."""
+    if not (cfg.resume and state_path.exists()):
+        return 0, 0.0
+    st = torch.load(state_path, map_location=device, weights_only=False)
+    with torch.no_grad():
+        for name, p in lora_parameters(model).items():
+            p.copy_(st["lora"][name])
+    opt.load_state_dict(st["opt"])
+    print(f"resuming from step {st['step']}")
+    return st["step"], st["elapsed_s"]
+
+
 def train_lora(cfg: TrainConfig) -> dict:
     """Fine-tune LoRA adapters on `cfg.init_from`; returns final figures. See the module docstring."""
     check(cfg)
@@ -109,15 +130,7 @@ def train_lora(cfg: TrainConfig) -> dict:
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / "train_state.pt"
-    start, elapsed0 = 0, 0.0
-    if cfg.resume and state_path.exists():
-        st = torch.load(state_path, map_location=dev, weights_only=False)
-        with torch.no_grad():
-            for name, p in lora_parameters(model).items():
-                p.copy_(st["lora"][name])
-        opt.load_state_dict(st["opt"])
-        start, elapsed0 = st["step"], st["elapsed_s"]
-        print(f"resuming from step {start}")
+    start, elapsed0 = resume_lora(cfg, state_path, model, opt, dev)
     order = ExampleOrder(len(examples), cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + start)
     log = TrainLog(out, start, ["step", "loss", "diffusion_loss", "encoder_loss", "lr", "elapsed_s"])
@@ -131,11 +144,7 @@ def train_lora(cfg: TrainConfig) -> dict:
     for step, _, lr in schedule:
         batch = [examples[i] for i in order.batch(step, cfg.batch_size)]
         with autocast(cfg, dev):
-            if cfg.kind == "diffusion":
-                loss, parts = block_diffusion_loss(model, obj, diffusion_batch(batch, pad, canvas, dev), gen)
-            else:
-                loss = causal_loss(model, batch, pad, dev)
-                parts = {}
+            loss, parts = lora_loss(model, cfg.kind, obj, batch, pad, canvas, dev, gen)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at step {step}")
         opt.zero_grad(set_to_none=True)

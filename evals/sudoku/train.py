@@ -106,6 +106,15 @@ def ar_loss(model, prompt: torch.Tensor, clean: torch.Tensor):
     return model(input_ids=ids, labels=labels).loss
 
 
+def recipe_loss(model, cfg: TrainConfig, prompt: torch.Tensor, clean: torch.Tensor, gen: torch.Generator):
+    """The training loss of `cfg.kind` on one batch of puzzles (`prompt`) and their solutions (`clean`)."""
+    if cfg.kind == "diffusion":
+        return block_diffusion_loss(model, objective(cfg), Batch(prompt, clean), gen)[0]
+    if cfg.kind == "masked":
+        return masked_loss(model, prompt, clean, gen, (cfg.t_min, cfg.t_max))
+    return ar_loss(model, prompt, clean)
+
+
 def quick_eval(model, cfg: TrainConfig, tokenizer, n: int, seed: int = 1234) -> dict:
     """Solved rate and mean per-row TPF on `n` fresh held-out puzzles (`eval_blanks` blanks), decoded in one
     batch by the Sudoku reference path (`evals.sudoku.check.reference_decode`: transformers' own `generate`,
@@ -140,6 +149,18 @@ def save(model, tokenizer, out: Path, cfg: TrainConfig, meta: dict) -> None:
     (out / "train_config.json").write_text(json.dumps({**asdict(cfg), **meta}, indent=2))
 
 
+def resume(cfg: TrainConfig, state_path: Path, model, opt, dev) -> tuple[int, float]:
+    """(step, elapsed seconds) to start from: 0 for a fresh run, else the saved run's, whose model and optimizer
+    state are loaded into `model` and `opt`."""
+    if not (cfg.resume and state_path.exists()):
+        return 0, 0.0
+    st = torch.load(state_path, map_location=dev, weights_only=False)
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    print(f"resuming from step {st['step']}")
+    return st["step"], st["elapsed_s"]
+
+
 def train(cfg: TrainConfig) -> dict:
     """Run the recipe; returns final figures. Checkpoints land in `cfg.out_dir` every `save_every` steps."""
     from models.tiny import char_tokenizer
@@ -157,13 +178,7 @@ def train(cfg: TrainConfig) -> dict:
     model = model.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     state_path = out / "train_state.pt"
-    start, elapsed0 = 0, 0.0
-    if cfg.resume and state_path.exists():
-        st = torch.load(state_path, map_location=dev, weights_only=False)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        start, elapsed0 = st["step"], st["elapsed_s"]
-        print(f"resuming from step {start}")
+    start, elapsed0 = resume(cfg, state_path, model, opt, dev)
     n_params = sum(p.numel() for p in model.parameters())
     curriculum = Curriculum(tuple(cfg.curriculum_start), tuple(cfg.curriculum_end), cfg.curriculum_ramp)
     stream = PuzzleStream(cfg.size, curriculum, seed=cfg.seed + start, fresh_per_batch=cfg.fresh_per_batch)
@@ -176,12 +191,7 @@ def train(cfg: TrainConfig) -> dict:
         puzzles, solutions = stream.batch(frac, cfg.batch_size)
         prompt, clean = codec.encode(puzzles, dev), codec.encode(solutions, dev)
         with autocast(cfg, dev):
-            if cfg.kind == "diffusion":
-                loss, _ = block_diffusion_loss(model, objective(cfg), Batch(prompt, clean), gen)
-            elif cfg.kind == "masked":
-                loss = masked_loss(model, prompt, clean, gen, (cfg.t_min, cfg.t_max))
-            else:
-                loss = ar_loss(model, prompt, clean)
+            loss = recipe_loss(model, cfg, prompt, clean, gen)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at step {step}")
         opt.zero_grad(set_to_none=True)

@@ -204,6 +204,16 @@ def matches_knobs(row: Mapping[str, Any], knobs: Mapping[str, Any], ignore: Iter
     return all(_same(value(k), v) for k, v in knobs.items() if k != "name" and k not in skip)
 
 
+def _check_dominance_args(alpha: float, correction: str, margin: float) -> None:
+    """Bad arguments fail before any run's samples are read, naming the argument."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha: must be in (0, 1), got {alpha}")
+    if correction not in ("holm", "none"):
+        raise ValueError(f"correction: must be 'holm' or 'none', got {correction!r}")
+    if not 0 <= margin < 1:
+        raise ValueError(f"margin: must be in [0, 1), got {margin}")
+
+
 def add_dominance(
     table: pd.DataFrame,
     alpha: float = ALPHA,
@@ -218,12 +228,7 @@ def add_dominance(
     The reference is the run named `reference_run`, else the first run whose knobs equal `reference_knobs`
     (default: the family's default sampler, `family_default_knobs`: the checkpoint's for uniform-state runs,
     block refinement's for masked ones). Groups without one get no verdict (NaN, False)."""
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha: must be in (0, 1), got {alpha}")
-    if correction not in ("holm", "none"):
-        raise ValueError(f"correction: must be 'holm' or 'none', got {correction!r}")
-    if not 0 <= margin < 1:
-        raise ValueError(f"margin: must be in [0, 1), got {margin}")
+    _check_dominance_args(alpha, correction, margin)
     table["dominates_default"] = False
     table["faster_not_worse"] = False
     table["not_worse_margin"] = margin

@@ -125,17 +125,38 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
     hi = pts["quality_hi"].fillna(pts["quality"])
     bands = quality_bands(lo, hi)
     fig = Figure(figsize=(12, 8.5), dpi=DPI, layout="constrained")
-    if len(bands) == 2:
-        # the band with more runs gets the height (its labels need room); the other at most a quarter
-        counts = [int(((lo >= a) & (lo <= b)).sum()) for a, b in bands]
-        ratios = [3.0, 1.0] if counts[0] >= counts[1] else [1.0, 3.0]
-        axes = list(fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": ratios, "hspace": 0.02}))
-    else:
-        axes = [fig.subplots()]
+    axes = _band_axes(fig, bands, lo)
     band_of = np.zeros(len(pts), dtype=int)
     if len(bands) == 2:
         band_of = np.where(lo.to_numpy() >= bands[0][0], 0, 1)
     colors = series_colors(pts)
+    handles = _draw_series(axes, pts, band_of, colors, x)
+    handles += _draw_fronts(axes, pts, x)
+    handles += _draw_default_lines(axes, pts, colors)
+    handles += _draw_rings(axes, pts, x)
+    handles += _bar_legend(pts, x)
+    ev = pts["eval"].iloc[0] if len(pts) else (df["eval"].iloc[0] if len(df) else "")
+    _frame_axes(axes, bands, pts, x)
+    fig.supylabel(f"quality ({ev})", fontsize=10)
+    fig.suptitle(title or f"{ev}: quality vs {X_AXES.get(x, x)}", fontsize=12)
+    ncol = 3 if max(len(h.get_label()) for h in handles) <= 60 else 2  # long front entries: two columns fit
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=ncol, frameon=False)
+    _label_points(fig, axes, pts, band_of, x)
+    return fig
+
+
+def _band_axes(fig: Figure, bands: list[tuple[float, float]], lo: pd.Series) -> list[Any]:
+    """One panel per quality band; of two, the band with more runs gets the height (its labels need room), the other
+    at most a quarter."""
+    if len(bands) != 2:
+        return [fig.subplots()]
+    counts = [int(((lo >= a) & (lo <= b)).sum()) for a, b in bands]
+    ratios = [3.0, 1.0] if counts[0] >= counts[1] else [1.0, 3.0]
+    return list(fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": ratios, "hspace": 0.02}))
+
+
+def _draw_series(axes: list[Any], pts: pd.DataFrame, band_of: np.ndarray, colors: dict, x: str) -> list[Any]:
+    """Each (model, family) series' points with their bars, on the panel of their band; one legend handle each."""
     handles: list[Any] = []
     for model, fam in series_order(pts):
         in_series = ((pts["model"] == model) & (pts["family"] == fam)).to_numpy()
@@ -164,8 +185,14 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
         area = _series_front_area(g) if x == "tpf" else np.nan
         name = series_name(pts, model, fam) + (f"  (front area {area:.3f})" if pd.notna(area) else "")
         handles.append(_proxy(MARKERS.get(kind, "X"), color, name))
+    return handles
+
+
+def _draw_fronts(axes: list[Any], pts: pd.DataFrame, x: str) -> list[Any]:
+    """A step line per model's front (a one-run model's front is its point: no line)."""
+    handles: list[Any] = []
     fronts = [(model, g) for model, g in pts.groupby("model", sort=True, dropna=False) if len(g) > 1]
-    for i, (model, g) in enumerate(fronts):  # a one-run model's front is its point: no line
+    for i, (model, g) in enumerate(fronts):
         f = g[front_mask(g[x], g["quality"])].sort_values(x)
         aup = front_legend(g) if x == "tpf" else ""
         # a broad translucent band, so a front never reads as a label's thin leader line
@@ -173,6 +200,12 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
         for ax in axes:
             ax.plot(f[x], f["quality"], drawstyle="steps-pre", zorder=1, label=f"front: {model}{aup}", **style)
         handles.append(Line2D([], [], label=f"front: {model}{aup}", **style))
+    return handles
+
+
+def _draw_default_lines(axes: list[Any], pts: pd.DataFrame, colors: dict) -> list[Any]:
+    """What the star marks, and a dashed line at each model's default quality."""
+    handles: list[Any] = []
     defaults = pts[pts["is_default"]]
     if len(defaults):  # what the star marks, from the starred runs' own knobs (one line per family's default)
         described = dict.fromkeys(default_description(r) for _, r in defaults.iterrows())
@@ -188,6 +221,12 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
         for ax in axes:
             ax.axhline(r["quality"], zorder=0, label=label, **style)
         handles.append(Line2D([], [], label=label, **style))
+    return handles
+
+
+def _draw_rings(axes: list[Any], pts: pd.DataFrame, x: str) -> list[Any]:
+    """Red rings on runs that dominate the default, dashed green ones on runs faster at no quality loss."""
+    handles: list[Any] = []
     dom = pts[pts["dominates_default"].astype(bool)]
     if len(dom):
         for ax in axes:
@@ -210,13 +249,22 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
             ax.scatter(quick[x], quick["quality"], s=260, gid=NOT_WORSE, **ring)
         label = "faster than the default, quality not lower (margin, with confidence)"
         handles.append(_proxy("o", "none", label, size=15, markeredgecolor=NOT_WORSE_COLOR, markeredgewidth=1.5))
+    return handles
+
+
+def _bar_legend(pts: pd.DataFrame, x: str) -> list[Any]:
+    """Legend entries saying what the vertical (and, where drawn, horizontal) bars are."""
     n = pd.to_numeric(pts["num_samples"], errors="coerce").dropna().unique() if "num_samples" in pts else []
     bars = f"n={int(n[0])} samples per run" if len(n) == 1 else "n = each run's samples"
-    handles.append(Line2D([], [], color="0.3", marker="_", markersize=8, label=f"bars: Wilson 95% interval ({bars})"))
+    handles = [Line2D([], [], color="0.3", marker="_", markersize=8, label=f"bars: Wilson 95% interval ({bars})")]
     if x_errors(pts, x) is not None:
         label = f"horizontal bars: {x.replace('_', ' ')} bootstrap 95% (samples)"
         handles.append(Line2D([], [], color="0.3", marker="|", markersize=8, linestyle="none", label=label))
-    ev = pts["eval"].iloc[0] if len(pts) else (df["eval"].iloc[0] if len(df) else "")
+    return handles
+
+
+def _frame_axes(axes: list[Any], bands: list[tuple[float, float]], pts: pd.DataFrame, x: str) -> None:
+    """Limits per panel (headroom above, room on the right for labels), grid, break marks and the x label."""
     x_lo, x_hi = float(pts[x].min()), float(pts[x].max())
     x_span = max(x_hi - x_lo, abs(x_hi) * 0.1, 1e-9)
     for (a, b), ax in zip(bands, axes):
@@ -226,12 +274,6 @@ def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) ->
         ax.grid(True, alpha=0.3)
     _break_marks(axes)
     axes[-1].set_xlabel(X_AXES.get(x, x))
-    fig.supylabel(f"quality ({ev})", fontsize=10)
-    fig.suptitle(title or f"{ev}: quality vs {X_AXES.get(x, x)}", fontsize=12)
-    ncol = 3 if max(len(h.get_label()) for h in handles) <= 60 else 2  # long front entries: two columns fit
-    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=ncol, frameon=False)
-    _label_points(fig, axes, pts, band_of, x)
-    return fig
 
 
 def _break_marks(axes: list[Any]) -> None:
