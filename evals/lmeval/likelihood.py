@@ -11,12 +11,15 @@ forwards) is appended to the run's store as soon as it is scored, so a resumed r
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
-from contract.records import changed_items, item_sha, stale_inputs_error
-from contract.scoring import LikelihoodRequest
+from contract.records import changed_items, item_sha, items_sha, stale_inputs_error
+from contract.scoring import USED_KNOBS, LikelihoodRequest
 from contract.text import sample_seed
+
+log = logging.getLogger(__name__)
 
 
 def tok_encode(tokenizer, text: str, add_special_tokens: bool | None = None) -> list[int]:
@@ -96,3 +99,55 @@ def score_and_store(lm, scorer, requests, progress) -> list[dict[str, Any]]:
             done[req.sample_id] = row
             progress(1)
     return [done[sid] for sid in sids]
+
+
+def doc_row(task: str, doc_id: int, rows: list[dict[str, Any]], scored: dict[str, Any], metric: str, filt: str):
+    """One row per question of a likelihood task: its choices' records, the chosen index, lm-eval's verdict."""
+    rows = sorted(rows, key=lambda r: r["choice"])
+    logprobs = [r["logprob"] for r in rows]
+    main = scored["filters"].get(filt, {})
+    keep = ("choice", "logprob", "stderr", "is_greedy", "tokens", "forwards", "mc_num", "wall_time_s")
+    return {
+        "sample_id": f"{task}/{doc_id}",
+        "request": "loglikelihood",
+        "method": rows[0]["method"],
+        "item_sha": items_sha([r["item_sha"] for r in rows]),
+        "choices": [{k: r.get(k) for k in keep} for r in rows],
+        "answer": max(range(len(logprobs)), key=logprobs.__getitem__),
+        "forwards": sum(r["forwards"] for r in rows),
+        "wall_time_s": sum(r["wall_time_s"] for r in rows),
+        "target": scored["target"],
+        "lm_eval": {f: {k: v for k, v in m.items() if k != "answer"} for f, m in scored["filters"].items()},
+        "main_metric": f"{metric},{filt}",
+        "correct": float(main.get(metric, 0.0)),
+        "no_answer": False,
+        "format_ok": True,
+    }
+
+
+def likelihood_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run figures of the likelihood rows: requests, forwards, Monte-Carlo standard errors, requests per second."""
+    choices = [c for r in rows for c in r["choices"]]
+    errs = [c["stderr"] for c in choices if c.get("stderr") is not None]
+    wall = sum(c["wall_time_s"] for c in choices)
+    return {
+        "likelihood_requests": len(choices),
+        "likelihood_forwards": sum(c["forwards"] for c in choices),
+        "likelihood_mean_stderr": sum(errs) / len(errs) if errs else None,
+        "likelihood_max_stderr": max(errs) if errs else None,
+        "likelihood_wall_time_s": wall,
+        "likelihood_requests_per_second": len(choices) / wall if wall else 0.0,
+    }
+
+
+def scoring_report(lm, rows: list[dict[str, Any]], sampler_used: bool) -> dict[str, Any]:
+    """What scoring used, logged and recorded: the method and its knobs, the `eval.likelihood` knobs it ignored, and
+    whether any request reached the sampler (only generate_until requests do)."""
+    desc = lm.scorer.describe()
+    unused = sorted(set(lm.likelihood.as_dict()) - set(USED_KNOBS[lm.scorer.method]))
+    log.info(
+        "likelihood scoring: %s; eval.likelihood knobs unused by it: %s; sampler knobs %s",
+        desc, unused, "used by generate_until requests" if sampler_used else "unused (no request reached the sampler)",
+    )  # fmt: skip
+    report = {"likelihood": desc, "likelihood_knobs_unused": unused, "sampler_used": sampler_used}
+    return {**report, **likelihood_metrics(rows)}
