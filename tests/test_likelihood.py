@@ -241,7 +241,7 @@ def right_first_rate(scorer, groups) -> float:
 def test_decision_read_ranks_right_sudoku_answers_first(adapter_factory):
     a = adapter_factory(REPO / "models/checkpoints/sudoku6_diffusion")
     rate = right_first_rate(scorer_for(a, LikelihoodConfig(batch_size=4)), sudoku_requests(a.tokenizer))
-    assert rate >= 0.9, rate
+    assert rate >= 0.75, rate  # 0.90 on these 40, 0.897 on all 300 held-out puzzles; chance is 0.25
 
 
 @pytest.mark.slow
