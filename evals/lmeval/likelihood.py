@@ -94,6 +94,7 @@ def score_and_store(lm, scorer, requests, progress) -> list[dict[str, Any]]:
                 "item_sha": shas[req.sample_id], "request": "loglikelihood", "task": inst.task_name,
                 "doc_id": inst.doc_id, "choice": inst.idx, "context_tokens": len(req.context_ids),
                 "request_seed": req.seed, "wall_time_s": wall, **res.to_dict(),
+                "num_tokens": 0, "nfe": res.forwards,  # the store's row contract: no token generated, forwards run
             }  # fmt: skip
             lm.store.append(row)
             done[req.sample_id] = row
