@@ -10,7 +10,8 @@ lm-eval's. `--model_args` keys:
 - `mc_num`, `mc_batch`, `cfg_scale`, `greedy_check` (`eval.likelihood`, contract.scoring.LikelihoodConfig);
 - `run_dir`: a folder for our per-request rows (resumable); default: rows kept in memory only;
 - any other key is a `model.<key>=<value>` override of the model's config (e.g. `path=...`, `device=cuda`).
-The decoder is built exactly as `python -m harness.run model=<model> sampler=<sampler>` builds it (harness.api).
+The decoder is built as `python -m harness.run model=<model> sampler=<sampler>` builds it (`build_decoder`, the same
+steps as `harness.api.decoder_from_config`, which sits above this layer).
 """
 
 from __future__ import annotations
@@ -53,15 +54,13 @@ class HarnessLM(DecoderLM):
     """`DecoderLM` built from `--model_args` (see the module docstring); lm-eval passes `batch_size` and `device`."""
 
     def __init__(self, model: str, batch_size: int | str = 1, max_batch_size: int | None = None, device=None, **kw):
-        from harness.api import decoder_from_config
-
         knobs = {k: _KNOB_TYPES[k](kw.pop(k)) for k in list(kw) if k in _KNOB_TYPES}
         own = {k: kw.pop(k) for k in list(kw) if k in _OWN}
         overrides = [f"model={model}", *([f"sampler={own['sampler']}"] if own.get("sampler") else [])]
         overrides += [f"model.{k}={v}" for k, v in kw.items()]
         if device and str(device) != "cuda":  # lm-eval's default device is cuda; a model's own yaml says where it runs
             overrides.append(f"model.device={device}")
-        decoder = decoder_from_config(overrides)
+        decoder = build_decoder(overrides)
         store = MemoryStore()
         if own.get("run_dir"):
             from harness.runner.store import ResultStore
@@ -77,6 +76,24 @@ class HarnessLM(DecoderLM):
             max_gen_toks=int(own.get("max_gen_toks", 256)),
             likelihood=LikelihoodConfig(**{"batch_size": bs, **knobs}),
         )
+
+
+def build_decoder(overrides: list[str]):
+    """Compose conf/ with `overrides` and build its decoder: sampler and model checked before the weights load."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from contract.paths import REPO_ROOT
+    from harness.engine.decoders import decoder_for
+    from harness.runner.configs import check_family, check_model_path, register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    sampler = instantiate(cfg.sampler)
+    check_model_path(cfg.model)
+    check_family(cfg.model, cfg.sampler)
+    return decoder_for(instantiate(cfg.model), sampler)
 
 
 def main(argv: list[str] | None = None) -> None:
