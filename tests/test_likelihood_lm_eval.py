@@ -163,3 +163,18 @@ def test_lm_evals_own_command_line_on_our_engine(model_paths, tasks, tmp_path):
     assert len(first["resps"]) == 4  # one (logprob, is_greedy) per choice
     rows = (tmp_path / "rows" / "samples.jsonl").read_text().splitlines()
     assert len(rows) == 16 and all(json.loads(r)["method"] == "mc_elbo" for r in rows)
+
+
+@pytest.mark.parametrize(
+    "task, shots, mc_num, cfg_scale",
+    [("arc_challenge", 0, 128, 0.5), ("hellaswag", 0, 128, 0.5), ("piqa", 0, 128, 0.5), ("winogrande", 5, 128, 0.0),
+     ("mmlu", 5, 1, 0.0), ("gpqa_main_n_shot", 5, 128, 0.5)],
+)  # fmt: skip
+def test_llada_base_presets(task, shots, mc_num, cfg_scale):
+    """eval=llada_base/<task>: LLaDA-8B-Base's published protocol (eval_llada.sh), checked when the eval is built."""
+    from hydra.utils import instantiate
+
+    cfg = compose("model=tiny_masked", f"eval=llada_base/{task}")
+    ev = instantiate(cfg.eval)
+    assert ev.tasks == [task] and ev.num_fewshot == shots and ev.apply_chat_template is False
+    assert (ev.likelihood.mc_num, ev.likelihood.cfg_scale, ev.likelihood.greedy_check) == (mc_num, cfg_scale, False)
