@@ -49,11 +49,10 @@ def elbo_masks(seed: int, block: int, length: int, mc_num: int) -> tuple[torch.T
 
 @dataclass
 class _Row:
-    """One forward row: the sequence with `masked` positions replaced, and how its cross-entropies count."""
+    """One forward row: which continuation positions it masks (over the whole continuation) and how they count."""
 
     sample: int  # -1: the greedy check's fully masked row
-    positions: list[int]  # absolute positions of the block's continuation tokens
-    masked: torch.Tensor  # (len(positions),) bool
+    masked: torch.Tensor  # (n,) bool over the continuation: the masked positions, all inside one block
     weight: float  # 1 / masking probability
 
 
@@ -93,12 +92,17 @@ class MaskedELBOScorer:
         return [self.score_one(r) for r in requests]
 
     def rows_of(self, req: LikelihoodRequest) -> list[_Row]:
+        ctx, n = len(req.context_ids), len(req.continuation_ids)
         rows = []
-        for j, pos in enumerate(self.blocks(len(req.context_ids), len(req.context_ids) + len(req.continuation_ids))):
+        for j, pos in enumerate(self.blocks(ctx, ctx + n)):
             masks, counts = elbo_masks(req.seed, j, len(pos), self.cfg.mc_num)
-            rows += [_Row(i, pos, masks[i], len(pos) / float(counts[i])) for i in range(self.cfg.mc_num)]
+            full = torch.zeros((self.cfg.mc_num, n), dtype=torch.bool)
+            full[:, pos[0] - ctx : pos[-1] + 1 - ctx] = masks
+            rows += [_Row(i, full[i], len(pos) / float(counts[i])) for i in range(self.cfg.mc_num)]
             if self.cfg.greedy_check:
-                rows.append(_Row(-1, pos, torch.ones(len(pos), dtype=torch.bool), 0.0))
+                whole = torch.zeros(n, dtype=torch.bool)
+                whole[pos[0] - ctx : pos[-1] + 1 - ctx] = True
+                rows.append(_Row(-1, whole, 0.0))
         return rows
 
     def score_one(self, req: LikelihoodRequest) -> LikelihoodResult:
@@ -108,17 +112,15 @@ class MaskedELBOScorer:
         greedy, forwards = True, 0
         for lo in range(0, len(rows), self.cfg.mc_batch):
             chunk = rows[lo : lo + self.cfg.mc_batch]
-            logp = self.block_logprobs(seq, len(req.context_ids), chunk)
+            masked = torch.stack([r.masked for r in chunk])
+            tok, hit = self.token_logprobs(seq, len(req.context_ids), masked)
             forwards += len(chunk) * (2 if self.cfg.cfg_scale > 0 else 1)
-            for r, lp in zip(chunk, logp, strict=True):
-                tgt = torch.tensor([seq[p] for p in r.positions])
-                cols = torch.tensor(r.positions) - len(req.context_ids)
-                rows_lp = lp[cols]
-                if r.sample < 0:
-                    greedy = greedy and bool((rows_lp.argmax(-1) == tgt).all())
-                    continue
-                tok = rows_lp.gather(-1, tgt[:, None])[:, 0].double()
-                sums[r.sample] += float(-(tok[r.masked]).sum()) * r.weight
+            sample = torch.tensor([r.sample for r in chunk])
+            weight = torch.tensor([r.weight for r in chunk], dtype=torch.float64)
+            loss = -(tok.double() * masked).sum(1) * weight
+            mc = sample >= 0
+            sums.index_add_(0, sample[mc], loss[mc])
+            greedy = greedy and bool((hit | ~masked)[~mc].all())
         n = self.cfg.mc_num
         stderr = float(sums.std(unbiased=True) / n**0.5) if n > 1 else None
         return LikelihoodResult(
@@ -132,22 +134,24 @@ class MaskedELBOScorer:
             mc_num=n,
         )
 
-    def block_logprobs(self, seq: list[int], ctx_len: int, rows: list[_Row]) -> torch.Tensor:
-        """(len(rows), n, V) float32 log-probabilities at the continuation's n positions, each row with its masks
-        applied (and guidance, if on)."""
+    def token_logprobs(self, seq: list[int], ctx_len: int, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For rows with `masked` (R, n) continuation positions replaced by the mask id (and guidance, if on): the
+        (R, n) float32 log-probabilities of the continuation's tokens and whether each is the argmax."""
         a = self.adapter
-        ids = torch.tensor(seq).repeat(len(rows), 1)
-        for k, r in enumerate(rows):
-            ids[k, torch.tensor(r.positions)[r.masked]] = a.mask_id
+        ids = torch.tensor(seq).repeat(masked.shape[0], 1)
+        ids[:, ctx_len:][masked] = a.mask_id
         if self.cfg.cfg_scale > 0:
             uncond = ids.clone()
             uncond[:, :ctx_len] = a.mask_id
             ids = torch.cat([ids, uncond])
-        logits = self.logits(ids.to(a.device), len(seq) - ctx_len + self.shift)
+        logits = self.logits(ids.to(a.device), len(seq) - ctx_len + self.shift)[:, : len(seq) - ctx_len]
         if self.cfg.cfg_scale > 0:
             cond, uncond = logits.chunk(2)
             logits = uncond + (self.cfg.cfg_scale + 1) * (cond - uncond)
-        return torch.log_softmax(logits.float(), dim=-1).cpu()
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        tgt = torch.tensor(seq[ctx_len:], device=logp.device).expand(masked.shape[0], -1)
+        tok = logp.gather(-1, tgt[..., None])[..., 0]
+        return tok.cpu(), (logp.argmax(-1) == tgt).cpu()
 
     def logits(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         """The last `keep` columns' logits of one forward over whole rows (positions 0 .. T - 1, every key real)."""

@@ -250,3 +250,13 @@ def test_masked_elbo_ranks_right_sudoku_answers_first():
     s = scorer_for(a, LikelihoodConfig(mc_num=32, mc_batch=32, greedy_check=False))
     rate = right_first_rate(s, sudoku_requests(a.tokenizer, n=20))
     assert rate >= 0.9, rate
+
+
+def test_elbo_bench_quick_same_estimates(tmp_path):
+    """`make bench`'s ELBO row: the batched scorer and the plain per-sample loop agree on every estimate."""
+    from bench.cpu import likelihood_bench
+
+    payload = likelihood_bench.run(quick=True, out_dir=tmp_path, quiet=True)
+    assert payload["rows"] and all(r["max_abs_diff"] < 1e-4 for r in payload["rows"])
+    assert (tmp_path / "likelihood_bench.json").exists()
+    assert likelihood_bench.summary_rows(payload)[0]["bench"] == "masked_elbo"
