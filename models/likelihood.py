@@ -2,8 +2,8 @@
 
 AR causal LMs -> the exact log-likelihood (`models.likelihood_ar`); masked diffusion adapters -> the Monte-Carlo ELBO
 (`models.likelihood_masked`); uniform-state block-diffusion adapters (DiffusionGemma) -> the decision read
-(`models.likelihood_uniform`). A decoder is unwrapped to the model it drives (`.model` of the engine's decoders,
-`.adapter` of the same-weights AR decoders, which are refused: their causal mode has no scorer here yet).
+(`models.likelihood_uniform`). A decoder is unwrapped to the model it drives (the `.model` of the engine's
+decoders); the same-weights AR decoders are refused (their causal mode has no scorer here yet).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ _AR = (DecoderKind.AR, DecoderKind.AR_MTP, DecoderKind.AR_DRAFT)
 
 
 def _unwrap(decoder_or_model):
-    """(model, kind): an engine decoder's adapter (its `.model` carries the family's kind), else the object itself."""
-    kind = getattr(decoder_or_model, "kind", None) or getattr(decoder_or_model, "label", None)
+    """(model, kind): descend through `.model` while it is one of ours (it carries a family `kind`): an engine decoder
+    to its adapter, an AR family decoder to its AR adapter; the transformers module below is never one."""
     inner = getattr(decoder_or_model, "model", None)
-    if kind not in _AR and getattr(inner, "kind", None) in (DecoderKind.MASKED, DecoderKind.DIFFUSION):
+    if getattr(inner, "kind", None) is not None:
         return _unwrap(inner)
-    return decoder_or_model, kind
+    return decoder_or_model, getattr(decoder_or_model, "kind", None) or getattr(decoder_or_model, "label", None)
 
 
 def scorer_for(decoder_or_model, cfg: LikelihoodConfig | None = None) -> Scorer:
