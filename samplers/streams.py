@@ -17,6 +17,9 @@ import torch
 # acceptance test of a draft token and RESIDUAL the token drawn where a draft was rejected.
 SAMPLE, RENOISE, INIT = 0, 1, 2
 TOKEN, DRAFT, ACCEPT, RESIDUAL = 3, 4, 5, 6
+# likelihood scoring (models.likelihood_masked, models.likelihood_uniform): ELBO_COUNT draws a Monte-Carlo
+# estimate's stratified masking offset, ELBO_ORDER which continuation positions a sample masks.
+ELBO_COUNT, ELBO_ORDER = 7, 8
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MUL1 = 0xBF58476D1CE4E5B9

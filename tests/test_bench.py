@@ -282,6 +282,7 @@ def test_run_all_quick_prints_one_summary(tmp_path, monkeypatch, capsys, medium_
         "masked_vs_llada2_pipeline",
         "masked_batch_scaling",
         "engine_vs_diffusion_gemma_pipeline",
+        "masked_elbo",
     }
     no_ratio = {"engine_overhead", "cache_copies"}  # no reference run / a count (before: arithmetic)
     assert all(r["ratio"] > 0 for r in payload["rows"] if r["bench"] not in no_ratio)

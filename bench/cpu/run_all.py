@@ -15,7 +15,9 @@
    and 16 on the same 64 prompts (rows refilled at 16; bench.cpu.masked_bench; ratio = pipeline / ours wall), and
    its own tokens/s at batch 16 over batch 1;
 9. our engine vs diffusers' DiffusionGemmaPipeline on the shipped Sudoku model, same sampler: solved rate and TPF
-   with intervals, tokens/s at batch 1, 16, 64 (bench.cpu.diffusers_bench; ratio = ours / pipeline tokens/s).
+   with intervals, tokens/s at batch 1, 16, 64 (bench.cpu.diffusers_bench; ratio = ours / pipeline tokens/s);
+10. masked ELBO requests/s at mc_num 128, batched Monte-Carlo samples vs a plain loop over them, same estimates
+   (bench.cpu.likelihood_bench; ratio = loop wall / ours).
 Ratios are reference wall / ours (> 1: ours is faster), medians of interleaved runs in one process.
 
     python -m bench.cpu.run_all [--quick] [--out-dir outputs/bench]
@@ -34,6 +36,7 @@ from bench.cpu import (
     diffusers_bench,
     engine,
     eval_throughput,
+    likelihood_bench,
     masked_bench,
     sampler_step_bench,
     step_graph_bench,
@@ -167,6 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sg = step_graph_bench.run(quick=True, out_dir=a.out_dir, quiet=True)
         masked = masked_bench.run(quick=True, out_dir=a.out_dir, quiet=True)
         diff = diffusers_bench.run(quick=True, out_dir=a.out_dir)
+        elbo = likelihood_bench.run(quick=True, out_dir=a.out_dir, quiet=True)
     else:
         sampler = sampler_step_bench.run([1, 4], repeats=3, threads=2, out_dir=a.out_dir)
         decode = decode_loop.run([1, 4], repeats=5, threads=1, out_dir=a.out_dir)
@@ -177,8 +181,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sg = step_graph_bench.run(out_dir=a.out_dir)
         masked = masked_bench.run(out_dir=a.out_dir)
         diff = diffusers_bench.run(out_dir=a.out_dir)
+        elbo = likelihood_bench.run(out_dir=a.out_dir)
     rows = summary_rows(sampler, decode, throughput, eng) + ar_engine.summary_rows(arx) + cache_copies.summary_rows(cc)
-    rows += step_graph_bench.summary_rows(sg) + family_rows(masked, diff)
+    rows += step_graph_bench.summary_rows(sg) + family_rows(masked, diff) + likelihood_bench.summary_rows(elbo)
     info = machine_info()
     payload = {
         "bench": "run_all",

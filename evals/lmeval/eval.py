@@ -21,8 +21,10 @@ from typing import Any
 
 from contract.files import atomic_write, jsonl_objects
 from contract.records import decode_metrics, items_sha
+from contract.scoring import LikelihoodConfig
 from evals.base import Eval, EvalItem
 from evals.diagnostics import run_diagnostics
+from evals.lmeval.likelihood import doc_row, scoring_report
 
 INVALID = "[invalid]"  # lm-eval's regex filters' fallback when nothing matched
 SAMPLES_SCORED = "samples_scored.jsonl"
@@ -55,6 +57,7 @@ class LmEvalEval(Eval):
         main_filter: str | None = None,
         bootstrap_iters: int = 0,
         system_instruction: str | None = None,
+        likelihood: dict[str, Any] | None = None,
     ):
         super().__init__(max_new_tokens=max_new_tokens, stop_strings=stop_strings, limit=limit)
         tasks = [tasks] if isinstance(tasks, str) else list(tasks or [])
@@ -78,6 +81,7 @@ class LmEvalEval(Eval):
         )
         self.gen_kwargs, self.main_metric, self.main_filter = dict(gen_kwargs or {}), main_metric, main_filter
         self.bootstrap_iters, self.system_instruction = bootstrap_iters, system_instruction
+        self.likelihood = LikelihoodConfig.from_dict(likelihood)  # loglikelihood tasks' scoring knobs (issue 47)
 
     # lm-eval builds the items and scores them; the generic loop (items/score) does not apply.
     def items(self) -> list[EvalItem]:
@@ -112,6 +116,7 @@ class LmEvalEval(Eval):
             chat=self.apply_chat_template,
             max_gen_toks=self.max_new_tokens,
             extra_stop=self.stop_strings,
+            likelihood=self.likelihood,
         )
         with datasets_caching_off(), docs_processed_once():
             out = lm_eval.simple_evaluate(
@@ -144,9 +149,12 @@ class LmEvalEval(Eval):
             ),
         )
         shas = [r.get("item_sha", r["sample_id"]) for r in rows]
+        generated = [r for r in rows if r.get("request") != "loglikelihood"]
+        scored = [r for r in rows if r.get("request") == "loglikelihood"]
         return {
-            **decode_metrics(rows),
-            **run_diagnostics(rows),
+            **decode_metrics(generated),
+            **run_diagnostics(generated),
+            **(scoring_report(lm, scored, bool(generated)) if scored else {}),
             **self.summarize_lm_eval(out, rows, tasks),
             "items_sha": items_sha(shas),
         }
@@ -173,6 +181,9 @@ class LmEvalEval(Eval):
                 sids = [sid for sid in produced if sid == f"{task}/{doc_id}" or sid.startswith(f"{task}/{doc_id}/")]
                 if not sids:
                     raise RuntimeError(f"lm-eval scored {task}/{doc_id} but no decode row exists for it")
+                if produced[sids[0]].get("request") == "loglikelihood":
+                    rows.append({**doc_row(task, doc_id, [produced[s] for s in sids], d, metric, filt), "seed": seed})
+                    continue
                 main = d["filters"].get(filt, {})
                 answer = main.get("answer")
                 format_ok = self.format_ok(d["filters"], filt)

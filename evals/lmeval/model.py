@@ -17,11 +17,12 @@ from tqdm import tqdm
 
 from contract.decoding import decode_and_store
 from contract.records import GenerationRequest, changed_items, item_sha, stale_inputs_error
+from contract.scoring import LikelihoodConfig
 from contract.text import sample_seed
 from evals.diagnostics import sample_diagnostics
 from evals.lmeval.thoughts import opens_thought, split_thoughts
 
-UNSUPPORTED = "not supported for block-diffusion decoders; use generative tasks (output_type: generate_until)"
+UNSUPPORTED = "not implemented (perplexity tasks); use loglikelihood or generate_until tasks"
 
 
 @register_model("dgharness")
@@ -43,6 +44,7 @@ class DecoderLM(LM):
         max_gen_toks: int = 256,
         extra_stop: list[str] | None = None,
         progress: bool = True,
+        likelihood: LikelihoodConfig | None = None,
     ):
         super().__init__()
         if batch_size < 1:
@@ -55,9 +57,30 @@ class DecoderLM(LM):
             progress,
         )
         self.rows: dict[str, dict[str, Any]] = {}  # sample_id -> row, for everything this LM answered
+        self.likelihood, self._scorer = likelihood or LikelihoodConfig(), None
 
-    def loglikelihood(self, requests, disable_tqdm: bool = False):
-        raise NotImplementedError(f"loglikelihood is {UNSUPPORTED}")
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """Each (context, continuation) scored by the family's scorer (`models.likelihood.scorer_for`, issue 47):
+        AR exact, masked Monte-Carlo ELBO, uniform-state decision read; rows logged and resumed as generation's."""
+        from evals.lmeval.likelihood import score_and_store
+
+        bar = tqdm(
+            total=len(requests), desc=f"loglikelihood [{self.scorer.method}]", disable=disable_tqdm or not self.progress
+        )
+        rows = score_and_store(self, self.scorer, requests, bar.update)
+        bar.close()
+        for row in rows:
+            self.rows[row["sample_id"]] = row
+        return [(row["logprob"], bool(row["is_greedy"])) for row in rows]
+
+    @property
+    def scorer(self):
+        """The family's likelihood scorer, built on first use (generation-only runs never build one)."""
+        if self._scorer is None:
+            from models.likelihood import scorer_for
+
+            self._scorer = scorer_for(self.decoder, self.likelihood)
+        return self._scorer
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
         raise NotImplementedError(f"loglikelihood_rolling is {UNSUPPORTED}")

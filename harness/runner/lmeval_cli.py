@@ -1,0 +1,108 @@
+"""lm-eval's own command line on our engine: `python -m evals.lmeval --model dllm --model_args model=<conf/model>,...`.
+
+lm-eval 0.4.13 has no plugin entry point for model types (its registry fills only from `lm_eval.models` and from
+`@register_model` calls already made), so this module registers `dllm` and then hands the arguments to lm-eval's
+CLI unchanged: tasks, shots, limits, `--output_path` (its results JSON) and `--log_samples` (its per-sample logs) are
+lm-eval's. `--model_args` keys:
+- `model` (a conf/model name), `sampler` (a conf/sampler name; default: the model's family's), `seed`, `chat`
+  (render each context as one user message through the chat template; default false, as lm-eval without
+  `--apply_chat_template`), `max_gen_toks`;
+- `mc_num`, `mc_batch`, `cfg_scale`, `greedy_check` (`eval.likelihood`, contract.scoring.LikelihoodConfig);
+- `run_dir`: a folder for our per-request rows (resumable); default: rows kept in memory only;
+- any other key is a `model.<key>=<value>` override of the model's config (e.g. `path=...`, `device=cuda`).
+The decoder is built as `python -m harness.run model=<model> sampler=<sampler>` builds it (`build_decoder`, the same
+steps as `harness.api.decoder_from_config`, which sits above this layer).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from lm_eval.api.registry import register_model
+
+from contract.scoring import LikelihoodConfig
+from evals.lmeval.model import DecoderLM
+
+_OWN = {"model", "sampler", "seed", "chat", "max_gen_toks", "run_dir"}
+
+
+class MemoryStore:
+    """A run's rows in memory (no resume): `contract.decoding.Store` for one CLI call without `run_dir`."""
+
+    run_dir = None
+
+    def __init__(self):
+        self.rows: dict[str, dict[str, Any]] = {}
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        return dict(self.rows)
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.rows.setdefault(row["sample_id"], row)
+
+
+def _bool(value) -> bool:
+    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+
+
+_KNOB_TYPES = {"mc_num": int, "mc_batch": int, "cfg_scale": float, "greedy_check": _bool}
+
+
+@register_model("dllm")
+class HarnessLM(DecoderLM):
+    """`DecoderLM` built from `--model_args` (see the module docstring); lm-eval passes `batch_size` and `device`."""
+
+    def __init__(self, model: str, batch_size: int | str = 1, max_batch_size: int | None = None, device=None, **kw):
+        knobs = {k: _KNOB_TYPES[k](kw.pop(k)) for k in list(kw) if k in _KNOB_TYPES}
+        own = {k: kw.pop(k) for k in list(kw) if k in _OWN}
+        overrides = [f"model={model}", *([f"sampler={own['sampler']}"] if own.get("sampler") else [])]
+        overrides += [f"model.{k}={v}" for k, v in kw.items()]
+        if device and str(device) != "cuda":  # lm-eval's default device is cuda; a model's own yaml says where it runs
+            overrides.append(f"model.device={device}")
+        decoder = build_decoder(overrides)
+        store = MemoryStore()
+        if own.get("run_dir"):
+            from harness.runner.store import ResultStore
+
+            store = ResultStore(own["run_dir"])
+        bs = int(batch_size) if str(batch_size).isdigit() else 1
+        super().__init__(
+            decoder,
+            store,
+            seed=int(own.get("seed", 0)),
+            batch_size=bs,
+            chat=_bool(own.get("chat", False)),
+            max_gen_toks=int(own.get("max_gen_toks", 256)),
+            likelihood=LikelihoodConfig(**{"batch_size": bs, **knobs}),
+        )
+
+
+def build_decoder(overrides: list[str]):
+    """Compose conf/ with `overrides` and build its decoder: sampler and model checked before the weights load."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from contract.paths import REPO_ROOT
+    from harness.engine.decoders import decoder_for
+    from harness.runner.configs import check_family, check_model_path, register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    sampler = instantiate(cfg.sampler)
+    check_model_path(cfg.model)
+    check_family(cfg.model, cfg.sampler)
+    return decoder_for(instantiate(cfg.model), sampler)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from lm_eval.__main__ import cli_evaluate
+
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()
