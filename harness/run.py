@@ -38,6 +38,7 @@ from harness.runner.configs import (
 from harness.runner.device_check import check_device
 from harness.runner.evaluate import checked_items, run_items
 from harness.runner.identity import decoder_identity, loaded_commit, model_identity
+from harness.runner.run_card import check_run_card, record_loaded
 from harness.runner.store import ResultStore, scan_run
 
 log = logging.getLogger(__name__)
@@ -202,6 +203,7 @@ def _run(
         store.reset()
     identity = {**model_identity(cfg.model), **decoder_identity(cfg.get("decoder"))}
     store.check_identity(identity)  # retrained weights at the same path: stop, never mix
+    check_run_card(cfg, store.run_dir, items)  # another environment or other prompts: stop (harness.runner.run_card)
     (store.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     start_logger = partial(
         logger.start,
@@ -270,6 +272,7 @@ def _decode_here(
     if commit := loaded_commit(model):  # a hub id: name the weights actually loaded, and refuse a mix
         store.check_identity({**identity, "model.commit": commit})
     decoder = decoder_for(model, sampler)
+    record_loaded(cfg, store.run_dir, model, decoder)  # the run card: dtype and attention as loaded, chat template
     info = decoder.describe()
     start_logger()
     # MoE experts touched per forward, by forward kind (router hooks, read once at the end; they would break a
