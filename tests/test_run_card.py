@@ -102,13 +102,21 @@ def test_the_summary_shows_both_environments(app, capsys):
     assert len(fronts) == 2  # one front per environment, not one mixing both
     print_summary(table, fronts)
     out = capsys.readouterr().out
-    assert "more than one environment" in out and "device=NVIDIA A100-SXM4-80GB, torch=2.0.0: 1 run(s)" in out
+    assert "more than one environment" in out
+    assert "tiny_diffusion [device=NVIDIA A100-SXM4-80GB, torch=2.0.0]: 1 run(s)" in out
 
 
-def test_one_environment_leaves_the_table_as_it_was(app):
+def test_one_environment_per_model_leaves_the_table_as_it_was(app):
+    """Other models differ in dtype or attention backend by design: only one model's runs are compared."""
     from harness.analysis.aggregate import collect
 
     tmp, args = app
-    _run(args, tmp / "sweep" / "run")
-    table = collect([tmp / "sweep"])
-    assert table["model"].tolist() == ["tiny_diffusion"]
+    sweep = tmp / "sweep"
+    _run(args, sweep / "run")
+    assert collect([sweep])["model"].tolist() == ["tiny_diffusion"]
+    shutil.copytree(sweep / "run", sweep / "other_model")
+    _edit_card(sweep / "other_model", attention="eager", dtype="bfloat16")
+    metrics = json.loads((sweep / "other_model" / "metrics.json").read_text())
+    metrics["run"]["model"] = "tiny_other"
+    (sweep / "other_model" / "metrics.json").write_text(json.dumps(metrics))
+    assert sorted(collect([sweep])["model"]) == ["tiny_diffusion", "tiny_other"]
