@@ -29,6 +29,7 @@ from harness.runner.configs import register_configs
 from harness.runner.evaluate import run_items
 from harness.runner.identity import decoder_identity, loaded_commit, model_identity
 from harness.runner.preflight import Preflight, preflight
+from harness.runner.run_card import check_run_card, record_loaded
 from harness.runner.run_record import log_summary, run_info, saved_config
 from harness.runner.store import ResultStore, scan_run
 
@@ -52,6 +53,7 @@ def _run(cfg: DictConfig, store: ResultStore, plan: Preflight, logger, started: 
         store.reset()
     identity = {**model_identity(cfg.model), **decoder_identity(cfg.get("decoder"))}
     store.check_identity(identity)  # retrained weights at the same path: stop, never mix
+    check_run_card(cfg, store.run_dir, plan.items)  # another environment, other prompts: stop (run_card.json)
     config = saved_config(cfg)
     (store.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(config))
     start_logger = partial(
@@ -99,6 +101,7 @@ def _decode_here(cfg, store, plan: Preflight, identity, start_logger) -> tuple[d
     if commit := loaded_commit(model):  # a hub id: name the weights actually loaded, and refuse a mix
         store.check_identity({**identity, "model.commit": commit})
     decoder = decoder_for(model, plan.sampler)
+    record_loaded(cfg, store.run_dir, model, decoder)  # the run card: dtype and attention as loaded, chat template
     info = decoder.describe()
     start_logger()
     # MoE experts touched per forward, by forward kind (router hooks, read once at the end; they would break a

@@ -30,6 +30,7 @@ import pandas as pd
 from contract.records import decode_metrics, interval_figures
 from evals.diagnostics import run_diagnostics
 from harness.analysis.dominance import add_dominance, default_knobs, describe, matches_knobs
+from harness.analysis.environments import card_columns, format_environments, label_environments
 from harness.analysis.families import format_families
 from harness.analysis.fronts import annotate_fronts
 from harness.analysis.hybrid import format_hybrid, hybrid_table
@@ -187,6 +188,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     row["samples_rows"] = len(rows)
     row["samples_bad_lines"] = len(scan.bad)
     row["consistent"] = _consistent(metrics, rows)
+    row.update(card_columns(run_dir))  # where it decoded (run_card.json): runs from other environments are kept apart
     row["run_dir"] = str(run_dir)
     return row
 
@@ -213,6 +215,7 @@ def collect(paths: Iterable[str | Path]) -> pd.DataFrame:
             df[c] = pd.to_numeric(df[c], errors="coerce")
     first = [c for c in ID_COLUMNS if c in df] + sorted(c for c in df if c.startswith(SAMPLER_PREFIX))
     df = df[first + [c for c in df if c not in first]]
+    label_environments(df)  # more than one environment: `model` names each (harness.analysis.environments)
     df = df.sort_values(["eval", "model", "label", "run_name"], na_position="last", kind="stable")
     df = df.reset_index(drop=True)
     df.attrs["broken"] = broken
@@ -332,6 +335,9 @@ def format_table(df: pd.DataFrame, columns: list[str] | None = None, width: int 
 
 
 def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
+    if envs := format_environments(table):
+        print("Runs decoded in more than one environment (their run cards), kept apart as `model [environment]`:")
+        print(envs + "\n")
     print(format_table(table))
     if not fronts.empty:
         print(

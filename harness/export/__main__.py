@@ -1,0 +1,56 @@
+"""`python -m harness.export FORMAT PATH... [--out DIR]`: see `harness.export`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+FORMATS = ("eee", "hf", "d3llm", "parallelbench")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m harness.export", description=__doc__)
+    ap.add_argument("format", choices=FORMATS)
+    ap.add_argument("paths", nargs="+", help="run dirs or sweep dirs (every finished run under them)")
+    ap.add_argument("--out", help="where the files go (default: <first path>/export/<format>)")
+    ap.add_argument("--organization", default="unknown", help="eee: source_organization_name")
+    ap.add_argument(
+        "--relationship",
+        default="third_party",
+        choices=("first_party", "third_party", "collaborative", "other"),
+        help="eee: evaluator_relationship (us to the model's developer)",
+    )
+    ap.add_argument("--hf-dataset", action="append", default=[], metavar="EVAL=ORG/NAME[:TASK]", help="hf: benchmark")
+    return ap
+
+
+def export(argv: list[str] | None = None) -> list[Path]:
+    args = parser().parse_args(argv)
+    out = Path(args.out) if args.out else Path(args.paths[0]) / "export" / args.format
+    if args.format == "parallelbench":
+        raise SystemExit("parallelbench: not yet; ParallelBench's tasks and scorer are not in the harness (its issue)")
+    from harness.export.runs import load_records
+
+    records, table = load_records(args.paths)
+    if not records:
+        raise SystemExit(f"no finished runs under {', '.join(args.paths)}")
+    if args.format == "eee":
+        from harness.export.eee import export_eee
+
+        return export_eee(records, out, args.organization, args.relationship)
+    if args.format == "hf":
+        from harness.export.hf_eval_results import export_hf, parse_datasets
+
+        return export_hf(records, out, parse_datasets(args.hf_dataset))
+    from harness.export.d3llm import export_d3llm
+
+    return export_d3llm(table, out, Path(args.paths[0]).resolve().name)
+
+
+def main() -> None:
+    files = export()
+    print("\n".join(f"wrote {p}" for p in files) or "wrote nothing")
+
+
+if __name__ == "__main__":
+    main()

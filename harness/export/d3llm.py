@@ -1,0 +1,93 @@
+"""d3LLM's AUP leaderboard rows (hao-ai-lab/d3LLM, AUP_leaderboard; the blog's `dLLM_Results.csv`), from our samples.
+
+Two files:
+- `d3llm_leaderboard.csv`, in the leaderboard CSV's layout: a section line (`,<sweep>:`), a line of task names (one
+  every four columns), the column line (`token/forward (TPF),Acc,AUP,TPF=1时的Acc` per task, their header as they
+  wrote it), then one line per method: `,<method>,<TPF>,<Acc>,<AUP>,<Acc at the slowest point>` per task. A method
+  is a model (with its environment where the sweep holds several, `harness.analysis.environments`) and its points
+  are its Pareto front on the task, as in our summary; the row shows the fastest point the AUP keeps (TPF, accuracy
+  in percent) and, in the fourth column, the accuracy of the front's slowest point (the leaderboard's "Acc at
+  TPF=1": its methods' slowest setting is one token per forward; ours is the front's slowest run, whatever its TPF).
+- `d3llm_points.yaml`, in the format of their `data_*.yaml`: task -> method -> [[TPF, accuracy], ...], every point
+  the AUP integrates, so their `get_aup` recomputes each AUP from it.
+
+TPF and accuracy are recounted from each run's samples (`harness.export.runs`), and the AUP goes through the one AUP
+path of the summary (`harness.analysis.fronts.annotate_fronts`, `harness.analysis.aup`): the export's AUP is the
+summary's. Tasks are our eval names (the eval identity where one name covers several item sets).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from harness.analysis.aup import kept_points
+from harness.analysis.fronts import annotate_fronts
+
+COLUMNS = ("token/forward (TPF)", "Acc", "AUP", "TPF=1时的Acc")
+
+
+def task_names(table: pd.DataFrame) -> dict[str, str]:
+    """Eval identity -> the task name shown: the eval's name, or its identity where the name covers several."""
+    names = table.groupby("eval_name", dropna=False)["eval"].nunique()
+    pairs = zip(table["eval"], table["eval_name"])
+    return {ev: (str(name) if names.get(name, 0) == 1 else str(ev)) for ev, name in pairs}
+
+
+def leaderboard_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, list[list[float]]]]]:
+    """One row per (method, task): TPF, Acc (percent) of the fastest kept front point, AUP, Acc of the slowest; and
+    the points per task and method. `table`'s `tpf` and `quality` are the ones the AUP is computed from."""
+    marked, _ = annotate_fronts(table)
+    names = task_names(marked)
+    rows, points = [], {}
+    for (model, ev), g in marked[marked["on_front"]].groupby(["model", "eval"], sort=True):
+        g = g[g["tpf"] > 0].dropna(subset=["quality"])
+        if g.empty:
+            continue
+        x, y = kept_points(g["tpf"], 100 * g["quality"])
+        task = names[ev]
+        rows.append(
+            {
+                "method": model,
+                "task": task,
+                "tpf": float(x[-1]),
+                "acc": float(y[-1]),
+                "aup": float(g["aup_d3llm"].iloc[0]),
+                "acc_slowest": float(y[0]),
+            }
+        )
+        points.setdefault(task, {})[str(model)] = [[float(a), float(b)] for a, b in zip(x, y)]
+    return pd.DataFrame(rows, columns=["method", "task", "tpf", "acc", "aup", "acc_slowest"]), points
+
+
+def write_leaderboard_csv(rows: pd.DataFrame, section: str, path: Path) -> Path:
+    """Their layout (see the module docstring); a method without a point on a task leaves its four cells empty."""
+    tasks = sorted(rows["task"].unique())
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["", f"{section}:"] + [""] * 4 * len(tasks))
+        w.writerow(["", ""] + [c for t in tasks for c in (t, "", "", "")])
+        w.writerow(["", ""] + list(COLUMNS) * len(tasks))
+        for method, g in rows.groupby("method", sort=True):
+            by_task = g.set_index("task")
+            cells = []
+            for t in tasks:
+                if t in by_task.index:
+                    r = by_task.loc[t]
+                    cells += [f"{r['tpf']:.2f}", f"{r['acc']:.2f}", f"{r['aup']:.4f}", f"{r['acc_slowest']:.2f}"]
+                else:
+                    cells += [""] * 4
+            w.writerow(["", method, *cells])
+    return path
+
+
+def export_d3llm(table: pd.DataFrame, out: Path, section: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    rows, points = leaderboard_rows(table)
+    csv_path = write_leaderboard_csv(rows, section, out / "d3llm_leaderboard.csv")
+    yaml_path = out / "d3llm_points.yaml"
+    yaml_path.write_text(yaml.safe_dump(points, sort_keys=True, allow_unicode=True))
+    return [csv_path, yaml_path]
