@@ -120,7 +120,7 @@ def test_official_file_checksum(tmp_path):
 
 def test_skipped_parts_are_listed_not_averaged(caplog):
     ev = ParallelBenchEval.__new__(ParallelBenchEval)
-    ev.spec = TASKS["words_to_sentence/easy"]
+    ev.spec, ev.max_new_tokens = TASKS["words_to_sentence/easy"], 16
     rows = [
         {f"pb_{k}": v for k, v in score_sample(ev.spec.metric, text, {"words": ["dog"]}).items()}
         for text in ("A dog.", "A cat.")

@@ -87,7 +87,7 @@ class ParallelBenchEval(Eval):
 
     def summarize(self, scored: list[dict[str, Any]]) -> dict[str, Any]:
         """Mean scores in [0, 1] with Wilson intervals where the score is 0/1; `quality` is None (and the parts
-        that were not computed are in `skipped_metrics`) where some score needs what is not here."""
+        that were not computed are in `skipped_metrics`) where some score needs what is not here; both speed axes."""
         keys = sorted({k for r in scored for k in r if k.startswith("pb_")})
         out: dict[str, Any] = {"pb_task": self.spec.name, "pb_site_id": self.spec.site_id}
         for key in keys:
@@ -99,4 +99,8 @@ class ParallelBenchEval(Eval):
         if score is not None and all(r["pb_score"] in (0.0, 1.0) for r in scored):
             out["quality_lo"], out["quality_hi"] = wilson_interval(score, len(scored))
         out["skipped_metrics"] = [k for k in keys if out[k] is None]
+        # ParallelBench's speed axis: max_tokens / mean NFE (a canvas padded to max_tokens); ours is `tpf`
+        nfe = sum(r.get("nfe", 0) for r in scored)
+        out["pb_max_tokens"] = self.max_new_tokens
+        out["pb_tokens_per_step"] = self.max_new_tokens * len(scored) / nfe if nfe else None
         return out
