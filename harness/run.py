@@ -22,6 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from contract.decoding import DecoderKind, SelfDrivingEval
+from evals.decode_order import ar_like_note
 from harness.launch.cluster import SlurmJob, route_preemption_signals
 from harness.launch.ray_launch import RayTask
 from harness.launch.shards import check_shards, run_sharded
@@ -242,7 +243,7 @@ def _run(
     store.write_metrics(metrics)
     logger.finish(metrics, ev.scored_rows(store))
     log.info(
-        "%s: quality=%s tpf=%.3f [%s, %s] step-cap share %.3g nfe=%d tok/s=%.1f -> %s",
+        "%s: quality=%s tpf=%.3f [%s, %s] step-cap share %.3g nfe=%d tok/s=%.1f%s -> %s",
         cfg.run_name,
         metrics.get("quality"),
         metrics["tpf"],
@@ -250,6 +251,7 @@ def _run(
         metrics.get("step_cap_hit_rate", 0.0),
         metrics["nfe"],
         metrics["tokens_per_second"],
+        ar_like_note(metrics),  # evals.decode_order: decoding that is effectively left to right
         store.run_dir,
     )
     return metrics
