@@ -6,10 +6,10 @@ its TPF says "diffusion", its order says "autoregressive", and no score shows it
 families (uniform-state accepts, masked fills) are measured alike. Per sample, over the answer's positions (output
 tokens up to the cut at EOS):
 
-- a position's **commit** is the first time it is committed; within one step, positions are taken left to right;
-- `order_l2r`: the share of commits at the leftmost position still open (1.0: strictly left to right, a contiguous
-  prefix per step counting as left to right);
-- `order_distance`: the mean distance in tokens of each commit from the leftmost open position (0 when l2r);
+- a position's **commit** is the first time it is committed;
+- `order_l2r`: the share of commits at the leftmost position open when their step began (1.0: one token per step,
+  left to right, as AR decodes; k tokens per step from the left give 1/k);
+- `order_distance`: the mean distance in tokens of each commit from that position (0 when AR-like);
 - `order_edits`: committed tokens later changed (`evals.corrections`' count).
 
 A run is flagged `decode_order_ar_like` when its mean `order_l2r` is at least `AR_LIKE_L2R`. AR rows have no
@@ -28,16 +28,17 @@ AR_LIKE_L2R = 0.95
 
 
 def commit_order(trajectory: Sequence[Mapping[str, Any]], length: int) -> tuple[float, float] | None:
-    """(share of commits at the leftmost open position, mean distance from it) over positions [0, length)."""
+    """(share of commits at the leftmost position open at their step's start, mean distance from it) over the
+    answer's positions [0, length)."""
     done: set[int] = set()
     leftmost, l2r, distance = 0, 0, 0
     for events in committed_events(trajectory):
-        for pos in sorted({p for p, _ in events if p < length and p not in done}):
+        for pos in {p for p, _ in events if p < length and p not in done}:
             l2r += pos == leftmost
             distance += pos - leftmost
             done.add(pos)
-            while leftmost in done:
-                leftmost += 1
+        while leftmost in done:  # the step's commits are measured from where the step started
+            leftmost += 1
     commits = len(done)
     return (l2r / commits, distance / commits) if commits else None
 

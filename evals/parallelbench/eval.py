@@ -48,13 +48,14 @@ class ParallelBenchEval(Eval):
         num_samples: int = 100,
         seed: int = 0,
         chat: bool = True,
-        max_new_tokens: int = 64,
+        max_new_tokens: int | None = None,
         stop_strings: list[str] | None = None,
         limit: int | None = None,
         name: str | None = None,
     ):
-        super().__init__(max_new_tokens=max_new_tokens, stop_strings=stop_strings, limit=limit)
         self.spec = find_task(task)
+        max_new_tokens = self.spec.max_tokens if max_new_tokens is None else max_new_tokens  # null: ParallelBench's
+        super().__init__(max_new_tokens=max_new_tokens, stop_strings=stop_strings, limit=limit)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"eval.num_samples: must be an integer >= 1, got {num_samples!r}")
         self.path = checked_file(data_dir, self.spec) if data_dir else None

@@ -28,6 +28,12 @@ class TaskSpec:
     def short(self) -> str:
         return self.name.split("/", 1)[1]
 
+    @property
+    def max_tokens(self) -> int:
+        """ParallelBench's generation length for the task (its cfg/paper/benchmark configs): 32 for Waiting Line,
+        64 for the others; its tokens-per-step divides this by the forwards."""
+        return 32 if self.group == "waiting_line" else 64
+
 
 def _line(name: str, body: str, metric: str, sha: str) -> TaskSpec:
     return TaskSpec(f"waiting_line/{name}", _DESK + body, metric, sha, f"waitingline-{name}")
