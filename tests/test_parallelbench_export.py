@@ -26,7 +26,7 @@ def runs(points: list[tuple[int, str, float, float]], model="m", rule="entropy_b
             {
                 "model": model,
                 "label": "diffusion",
-                "sampler.name": rule,
+                "sampler": rule,
                 "sampler.entropy_bound": s,
                 "pb_task": BY_SITE_ID[task],
                 "pb_site_id": task,

@@ -31,12 +31,20 @@ def test_pbx_table_groups_strategies_and_reports_both_axes():
     for k, (q, nfe_tps, tpf) in enumerate([(0.9, 2.0, 1.0), (0.7, 4.5, 2.5)]):
         for task in ("waiting_line/copy", "puzzle/sudoku_n4_12"):
             rows.append(
-                {"model": "m", "label": "diffusion", "sampler.name": "t", "sampler.threshold": k, "pb_task": task,
-                 "quality": q, "pb_tokens_per_step": nfe_tps, "tpf": tpf}
+                {
+                    "model": "m",
+                    "label": "diffusion",
+                    "sampler": "t",
+                    "sampler.threshold": k,
+                    "pb_task": task,
+                    "quality": q,
+                    "pb_tokens_per_step": nfe_tps,
+                    "tpf": tpf,
+                }
             )
     rows.append({**rows[0], "pb_task": "waiting_line/sort"})  # one setting only: does not enter
     out = pbx_table(pd.DataFrame(rows)).iloc[0]
-    assert out["tasks"] == 2 and out["settings"] == 2
+    assert out["sampler"] == "t" and out["tasks"] == 2 and out["settings"] == 2
     assert out["PB80"] == pytest.approx(3.25) and out["PB80_tpf"] == pytest.approx(1.75)
 
 

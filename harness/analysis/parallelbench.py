@@ -23,7 +23,8 @@ from collections.abc import Iterable
 import pandas as pd
 
 THRESHOLDS = (80, 75, 70)
-STRATEGY = ["model", "label", "sampler.name"]  # a model + decoding rule; its other knobs are the sweep's settings
+ORDER_COLUMNS = ["mean_order_l2r", "mean_order_distance", "mean_order_edits"]
+STRATEGY = ["model", "label", "sampler"]  # a model + decoding rule (its name); its knobs are the sweep's settings
 
 
 def pbx(tps: Iterable[float], score: Iterable[float], x: float, interpolate: bool | None = None) -> float:
@@ -45,7 +46,7 @@ def pbx(tps: Iterable[float], score: Iterable[float], x: float, interpolate: boo
 def setting_points(runs: pd.DataFrame, axis: str) -> pd.DataFrame:
     """One strategy's runs -> one point per setting: the mean `axis` and score (percent) over the tasks that every
     setting ran (column `tasks`: how many)."""
-    knobs = [c for c in runs if c.startswith("sampler.") and c != "sampler.name" and runs[c].notna().any()]
+    knobs = [c for c in runs if c.startswith("sampler.") and runs[c].notna().any()]
     keyed = runs.assign(_setting=runs[knobs].astype(str).agg("|".join, axis=1) if knobs else "")
     common = set.intersection(*(set(g["pb_task"]) for _, g in keyed.groupby("_setting")))
     kept = keyed[keyed["pb_task"].isin(common)]
@@ -68,6 +69,7 @@ def pbx_table(table: pd.DataFrame, thresholds: tuple[int, ...] = THRESHOLDS) -> 
             points = setting_points(group, axis)
             row |= {f"PB{x}{suffix}": pbx(points["x"], points["score"], x) for x in thresholds}
         row |= {"tasks": int(points["tasks"].min()), "settings": len(points), "best_score": points["score"].max()}
+        row |= {k: group[k].mean() for k in ORDER_COLUMNS if k in group}  # evals.decode_order, over the runs
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -75,6 +77,7 @@ def pbx_table(table: pd.DataFrame, thresholds: tuple[int, ...] = THRESHOLDS) -> 
 def per_task_scores(table: pd.DataFrame) -> pd.DataFrame:
     """Each ParallelBench run's task score with its interval and both speed axes, for the summary."""
     cols = ["model", "label", "pb_task", "quality", "quality_lo", "quality_hi", "pb_tokens_per_step", "tpf"]
+    cols += ORDER_COLUMNS
     runs = table[table["pb_task"].notna()] if "pb_task" in table else table.iloc[0:0]
     knobs = [c for c in runs if c.startswith("sampler.") and runs[c].astype(str).nunique() > 1]
     return runs[[c for c in cols[:2] + knobs + cols[2:] if c in runs]].reset_index(drop=True)

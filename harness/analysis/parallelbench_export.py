@@ -4,8 +4,8 @@ their model to it: `data/leaderboard/<model>.json` ({"thresholds": [80, 75, 70],
 PBx read) and a `metadata_entry.json` with the model's and strategies' entries for `data/metadata.json`.
 
 Speed is ParallelBench's tokens-per-step (`pb_tokens_per_step`: max_tokens / mean NFE), the leaderboard's axis, not
-our TPF. Tasks are named by the site's ids (`waitingline-copy`...). Called by `python -m harness.export parallelbench
-DIR` (harness/export) or directly.
+our TPF. Tasks are named by the site's ids (`waitingline-copy`...). Called by the export command's `parallelbench`
+target (`export_parallelbench`) or directly.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def figure_rows(runs: pd.DataFrame) -> pd.DataFrame:
     """One strategy's `data/figures/<model>/<strategy>.csv`: per setting, each task's row, then `avg` over the tasks
     that every setting ran (the row PBx reads)."""
     points = setting_points(runs, "pb_tokens_per_step")
-    knobs = [c for c in runs if c.startswith("sampler.") and c != "sampler.name" and runs[c].notna().any()]
+    knobs = [c for c in runs if c.startswith("sampler.") and runs[c].notna().any()]
     keyed = runs.assign(_setting=runs[knobs].astype(str).agg("|".join, axis=1) if knobs else "")
     rows = []
     for setting, group in keyed.groupby("_setting", sort=False):
@@ -83,7 +83,7 @@ def write_leaderboard(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
 
 
 def export_parallelbench(paths: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
-    """`python -m harness.export parallelbench DIR`: collect the run dirs under `paths`, write the site's files."""
+    """The export command's `parallelbench` target: collect the run dirs under `paths`, write the site's files."""
     from harness.analysis.aggregate import collect
 
     return write_leaderboard(collect(paths), out_dir)
