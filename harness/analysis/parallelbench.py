@@ -47,7 +47,7 @@ def setting_points(runs: pd.DataFrame, axis: str) -> pd.DataFrame:
     """One strategy's runs -> one point per setting: the mean `axis` and score (percent) over the tasks that every
     setting ran (column `tasks`: how many)."""
     knobs = [c for c in runs if c.startswith("sampler.") and runs[c].notna().any()]
-    keyed = runs.assign(_setting=runs[knobs].astype(str).agg("|".join, axis=1) if knobs else "")
+    keyed = runs.assign(_setting=runs[knobs].map(str).agg("|".join, axis=1) if knobs else "")
     common = set.intersection(*(set(g["pb_task"]) for _, g in keyed.groupby("_setting")))
     kept = keyed[keyed["pb_task"].isin(common)]
     points = kept.groupby("_setting").agg(x=(axis, "mean"), score=("quality", "mean"), tasks=("pb_task", "nunique"))

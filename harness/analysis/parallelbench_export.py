@@ -47,7 +47,7 @@ def figure_rows(runs: pd.DataFrame) -> pd.DataFrame:
     that every setting ran (the row PBx reads)."""
     points = setting_points(runs, "pb_tokens_per_step")
     knobs = [c for c in runs if c.startswith("sampler.") and runs[c].notna().any()]
-    keyed = runs.assign(_setting=runs[knobs].astype(str).agg("|".join, axis=1) if knobs else "")
+    keyed = runs.assign(_setting=runs[knobs].map(str).agg("|".join, axis=1) if knobs else "")
     rows = []
     for setting, group in keyed.groupby("_setting", sort=False):
         for _, r in group.iterrows():

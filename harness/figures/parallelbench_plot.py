@@ -43,8 +43,10 @@ def parallelbench_figure(table: pd.DataFrame) -> Figure | None:
     for ax, task in zip(axes, tasks):
         _panel(ax, runs[runs["pb_task"] == task], task)
     knobs = [c for c in runs if c.startswith("sampler.") and runs[c].notna().any()]
-    keys = ["label", "model", *knobs]
-    mean = runs.groupby([runs[k].astype(str) for k in keys], sort=False)[["tpf", "quality"]].mean().reset_index()
+    setting = runs[["label", "model", *knobs]].map(str).agg("|".join, axis=1)
+    mean = runs.groupby(setting, sort=False).agg(
+        label=("label", "first"), tpf=("tpf", "mean"), quality=("quality", "mean")
+    )
     _panel(axes[len(tasks)], mean.assign(quality_lo=float("nan"), quality_hi=float("nan")), "mean over tasks")
     for ax in axes[len(tasks) + 1 :]:
         ax.set_visible(False)
