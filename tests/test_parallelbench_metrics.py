@@ -104,6 +104,8 @@ def test_text_task_without_data_dir_is_refused_naming_the_key():
         ParallelBenchEval(task="words_to_sentence/easy")
     with pytest.raises(ValueError, match="eval.task: unknown"):
         ParallelBenchEval(task="no_such_task")
+    with pytest.raises(ValueError, match="eval.data_dir: eval.official=true"):
+        ParallelBenchEval(task="copy", official=True)
 
 
 def test_official_file_checksum(tmp_path):

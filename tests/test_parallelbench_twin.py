@@ -41,8 +41,8 @@ def test_twin_runs_end_to_end_with_pbx_scores_and_decode_order(tmp_path):
         "experiment=twin/parallelbench",
         f"hydra.sweep.dir={sweep}",
         "eval.num_samples=2",
-        "hydra.sweeper.params.eval.task=copy,shuffle",
-        "hydra.sweeper.params.pb_level=p1,p3",
+        "eval.task=copy,shuffle",
+        "pb_level=p1,p3",
         timeout=600,
     )
     assert "ParallelBench (PBx" in proc.stdout

@@ -1,7 +1,8 @@
 """ParallelBenchEval: one of the 17 ParallelBench tasks (`task`), its prompt, in-context examples and metric.
 
 Items come from ParallelBench's official test files (`data_dir`: a checkout, checksum checked) or, for tests and the
-CPU twin, from our own generator (`num_samples`, `seed`; Waiting Line and Puzzle tasks only). The prompt is
+CPU twin, from our own generator (`num_samples`, `seed`; Waiting Line and Puzzle tasks only); `official: true`
+refuses to run without the official files. The prompt is
 ParallelBench's: the in-context examples as earlier user / assistant turns, then the task (`chat: false` joins the
 turns as plain text for models without a chat template). Each row keeps the reference (`meta.reference`), so any
 scorer can re-score the stored text. A metric part that needs what is not here (LanguageTool, BERTScore) is said at
@@ -52,8 +53,14 @@ class ParallelBenchEval(Eval):
         stop_strings: list[str] | None = None,
         limit: int | None = None,
         name: str | None = None,
+        official: bool = False,
     ):
         self.spec = find_task(task)
+        if official and not data_dir:
+            raise ValueError(
+                "eval.data_dir: eval.official=true needs ParallelBench's test files: set it to a checkout of "
+                "github.com/furiosa-ai/ParallelBench (or eval.official=false for instances generated here)"
+            )
         max_new_tokens = self.spec.max_tokens if max_new_tokens is None else max_new_tokens  # null: ParallelBench's
         super().__init__(max_new_tokens=max_new_tokens, stop_strings=stop_strings, limit=limit)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
