@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,20 @@ def test_scores_equal_parallelbench_on_generated_replies():
             assert ours[key] == pytest.approx(float(value)), (metric, key, reply, ref, ours, their)
     assert compared > 3000 and agree == compared
     print(f"agreement {agree}/{compared} scores on {len(todo)} replies")
+
+
+def test_official_files_load_with_their_checksums_and_prompts():
+    """Every official file passes its checksum, formats its prompt, and its right answers score 1 (list / puzzle)."""
+    from evals.parallelbench import ParallelBenchEval
+
+    for name, spec in TASKS.items():
+        ev = ParallelBenchEval(task=name, data_dir=str(REF), official=True)
+        items = ev.items()
+        assert len(items) == (108 if name.endswith("sudoku_n4_12") else 100), name
+        placeholder = re.compile(r"\{(context|word|words|index|text|sudoku|size|symbols)\}")
+        assert not any(placeholder.search(m["content"]) for it in items for m in it.prompt), name
+        if spec.metric in ("sentence_to_words_score", "summary_score", "paraphrase_score"):
+            continue
+        for it in items:
+            right = it.target if isinstance(it.target, str) else it.target["example"]
+            assert ev.score(it, right)["correct"] == 1.0, (name, it.sample_id)
