@@ -1,6 +1,7 @@
 """experiment=parallelbench and its CPU twin: the GPU preset composes for the released models and refuses to start
 without ParallelBench's data, naming the key; a cut-down twin runs end to end (real Hydra, the tiny models) and its
-summary has PBx per family, each task's score with an interval, the decode-order figures and the figure."""
+summary has PBx per family, each task's score with an interval, the decode-order figures and the figure, and W&B's
+summary run the PBx table."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 
 import pandas as pd
 
+from harness.tracking.wandb_offline import find_offline_runs, read_offline_run
 from tests.helpers.app import compose_app, run_app
 
 
@@ -43,6 +45,7 @@ def test_twin_runs_end_to_end_with_pbx_scores_and_decode_order(tmp_path):
         "eval.num_samples=2",
         "eval.task=copy,shuffle",
         "pb_level=p1,p3",
+        "logger=wandb",  # offline (tests.helpers.app): the sweep's summary run gets the PBx table and the figure
         timeout=600,
     )
     assert "ParallelBench (PBx" in proc.stdout
@@ -50,6 +53,9 @@ def test_twin_runs_end_to_end_with_pbx_scores_and_decode_order(tmp_path):
     assert set(pbx["label"]) == {"diffusion", "masked", "ar"} and (pbx["tasks"] == 2).all()
     assert set(pbx[pbx["label"] != "ar"]["settings"]) == {2}
     assert (sweep / "summary" / "parallelbench.png").is_file()
+    (path,) = find_offline_runs(sweep / "summary" / "wandb")
+    summary = read_offline_run(path, wait_s=20.0)
+    assert summary.table("parallelbench")["PB80"].tolist() == pbx["PB80"].tolist()
     for path in sweep.glob("*/metrics.json"):
         m = json.loads(path.read_text())
         assert m["pb_task"] in ("waiting_line/copy", "waiting_line/shuffle") and m["quality_hi"] > m["quality"]
