@@ -30,7 +30,7 @@ test: venv tiny-models  ## the whole test suite, then lint (CI runs this)
 	@command -v slurmctld >/dev/null || echo "WARNING: slurm-wlm/munge missing: the Slurm tests were skipped (apt-get install -y slurm-wlm munge, as root)"
 	$(MAKE) --no-print-directory lint
 
-test-fast: venv  ## the edit-test loop (~65 s on 2 cores, two workers): every test except those marked slow, sandbox, gpu or slurm
+test-fast: venv  ## the edit-test loop (two workers): every test except those marked slow, sandbox, gpu or slurm
 	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not sandbox and not gpu and not slurm"
 
 lint: venv  ## ruff: lint (incl. import order) and format check; config in pyproject.toml
@@ -53,13 +53,13 @@ sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + A
 FAMILIES_MASKED := masked_refine_t095,masked_refine_t07,masked_refine_t05,masked_low_confidence,masked_remdm_r01,masked_remdm_r025
 FAMILIES_OTHERS := uniform_b003,uniform_b01,uniform_b03,uniform_b10,uniform_b01_remask01,uniform_default,ar,ar_draft
 FAMILIES_DIR := outputs/sweeps/sudoku_families
-families: venv  ## masked vs uniform-state vs AR (+ draft) at equal size on the 300 held-out 6x6 puzzles, ~6 min on 2 cores
+families: venv  ## masked vs uniform-state vs AR (+ draft) at equal size on the 300 held-out 6x6 puzzles
 	@pids=""; for fams in $(FAMILIES_MASKED) $(FAMILIES_OTHERS); do \
 	  $(PY) -m harness.run experiment=sudoku_families fam=$$fams '~hydra.callbacks.sweep_summary' & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 	$(PY) -m harness.pareto $(FAMILIES_DIR) --out $(FAMILIES_DIR)/summary
 
-search: venv  ## multi-objective sampler search on Sudoku (11 runs, ~2 min on 2 cores) vs the make sweep grid: hypervolume, dominance
+search: venv  ## multi-objective sampler search on Sudoku (11 runs) vs the make sweep grid: hypervolume, dominance
 	$(PY) -m harness.analysis.search_vs_grid
 
 films: venv  ## denoising films of a run captured with sampler.capture_trajectory=true: make films RUN=<run dir> [N=4]

@@ -30,11 +30,6 @@ class DecoderKind(StrEnum):
     ROUTED = "routed"  # diffusion drafts, a routing rule sends the hard canvases to the AR mode's verification
     MASKED = "masked"  # masked (absorbing-state) block diffusion: LLaDA 2.x, SDAR, LLaDA, Dream (harness.engine.masked)
 
-    @classmethod
-    def drafted_by_diffusion(cls) -> tuple[DecoderKind, ...]:
-        """The kinds whose tokens the sampler group's denoising loop drafts (their runs record its knobs)."""
-        return (cls.DIFFUSION, cls.SELF_SPECULATIVE, cls.ROUTED, cls.MASKED)
-
 
 @runtime_checkable
 class Decoder(Protocol):

@@ -47,14 +47,19 @@ def check_thinking_template(tokenizer, enable_thinking: bool | None, what: str =
 
 
 def encode_prompt(tokenizer, prompt: Prompt, enable_thinking: bool | None = None) -> list[int]:
-    """Tokenize raw text as is, or chat messages through the tokenizer's chat template.
+    """Tokenize raw text as is, or chat messages through the tokenizer's chat template (a last assistant message is
+    left open, for the reply to continue).
 
     `enable_thinking` is passed to the template only when set (Gemma templates read it; others ignore it).
     """
     if isinstance(prompt, str):
         return tokenizer(prompt, add_special_tokens=False)["input_ids"]
     kwargs = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
-    out = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, **kwargs)
+    # A closing assistant message is a reply prefix the model continues (lm-eval's `gen_prefix`: d3LLM's code tasks).
+    prefix = prompt[-1].get("role") == "assistant" if prompt else False
+    out = tokenizer.apply_chat_template(
+        prompt, add_generation_prompt=not prefix, continue_final_message=prefix, tokenize=True, **kwargs
+    )
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]
     return list(out)

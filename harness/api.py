@@ -12,53 +12,42 @@ api.generate(dec, prompts, on_visible=api.VisibleText(dec.tokenizer, echo=True))
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 
-from contract.decoding import DecoderKind
 from contract.records import GenerationRequest, GenerationResult, StreamEvent
 from contract.text import Prompt, sample_seed
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
-# kind -> (the class that loads a checkpoint of it, its default sampler; None: a decoder that takes no sampler)
-LOADERS = {
-    DecoderKind.DIFFUSION: ("models.diffusion_gemma.DiffusionGemmaAdapter", "entropy_bound"),
-    DecoderKind.MASKED: ("models.masked_diffusion.MaskedDiffusionAdapter", "block_refinement"),
-    DecoderKind.AR: ("models.ar.ARDecoder", None),
-    DecoderKind.AR_DRAFT: ("models.ar.AssistedARDecoder", None),  # model_kwargs: draft_path
-    DecoderKind.AR_MTP: ("models.ar.AssistedARDecoder", None),
-    DecoderKind.AR_SAME_WEIGHTS: ("models.diffusion_gemma_ar.DiffusionGemmaARDecoder", None),
-}
-
-
 def load_decoder(
     path: str, sampler: str | None = None, kind: str = "diffusion", model_kwargs: dict | None = None, **knobs
 ):
-    """A decoder for a checkpoint (local folder or hub id) of any family: `kind` is a `DecoderKind` value
-    (diffusion, masked, ar, ar+draft, ar+mtp, ar-same-weights). `sampler` (default: the family's) and its `knobs`
-    (see samplers.config, samplers.masked) are checked before the weights load; AR decoders take none.
-    `model_kwargs` go to the loading class (e.g. masked: `context="cache"`, `attention="bidirectional"`)."""
+    """A decoder for a checkpoint (local folder or hub id) of any family: `kind` names the family or one of its
+    series labels (`contract.families.names()`: diffusion, masked, ar, ar+draft, ar+mtp, ar-same-weights, ...).
+    `sampler` (default: the family's) and its `knobs` (see samplers.config, samplers.masked) are checked before the
+    weights load; families without a sampler (AR) take none. `model_kwargs` go to the family's loading class (e.g.
+    masked: `context="cache"`, `attention="bidirectional"`; ar+draft: `draft_path`)."""
     from hydra.utils import get_class
 
-    from harness.engine.decoders import decoder_for
-    from harness.runner.configs import SAMPLERS
+    from contract.families import family_of
+    from harness.engine.decoders import check_sampler_fits, decoder_for
+    from harness.runner.configs import SAMPLERS, samplers_of
 
-    if kind not in {k.value for k in LOADERS}:
-        raise ValueError(f"kind: must be one of {sorted(k.value for k in LOADERS)}, got {kind!r}")
-    target, default = LOADERS[DecoderKind(kind)]
-    if default is None:
+    family = family_of(kind)
+    config = None
+    if not family.takes_sampler:
         if sampler is not None or knobs:
             raise ValueError(f"sampler: a {kind} decoder takes no sampler, got {sampler or sorted(knobs)}")
-        return get_class(target)(path, **(model_kwargs or {}))
-    sampler = sampler or default
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler: unknown {sampler!r}; choose one of {sorted(SAMPLERS)}")
-    cfg = SAMPLERS[sampler](**knobs)  # validated here: a bad knob fails before the weights load
-    if (getattr(cfg, "family", None) == "masked") != (kind == DecoderKind.MASKED):
-        raise ValueError(f"sampler: {sampler} is not a sampler of the {kind} family (its default: {default})")
-    return decoder_for(get_class(target)(path, **(model_kwargs or {})), cfg)
+    else:
+        sampler = sampler or family.default_sampler
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler: unknown {sampler!r}; the {kind} family's: {samplers_of(family)}")
+        config = SAMPLERS[sampler](**knobs)  # validated here: a bad knob fails before the weights load
+        check_sampler_fits(family, config)
+    return decoder_for(get_class(family.models[0])(path, **(model_kwargs or {})), config)
 
 
 def decoder_from_config(overrides: list[str] | None = None):
@@ -98,8 +87,8 @@ def generate(
     ]
     if on_visible is None:
         return decoder.generate(requests)
-    if getattr(decoder, "label", None) != DecoderKind.DIFFUSION:
-        raise ValueError("on_visible: only block-diffusion decoders stream a stable prefix (AR tokens are final)")
+    if "on_visible" not in inspect.signature(decoder.stream).parameters:
+        raise ValueError("on_visible: this decoder streams no stable prefix (the uniform-state engine does)")
     out = {r.sample_id: r for r in decoder.stream(requests, batch_size=len(requests), on_visible=on_visible)}
     return [out[r.sample_id] for r in requests]
 

@@ -1,7 +1,7 @@
-"""Autoregressive baselines behind the `Decoder` protocol: plain AR, and AR + draft / MTP (speculative decoding).
+"""Autoregressive baselines' adapters: plain AR, and AR + draft / MTP (speculative decoding).
 
-Both load any causal LM (hub id or local folder) and decode on the continuous-batching AR engine
-(`models.ar_engine`, per-row KV slots): the same engine semantics as the diffusion decoder (rows leave and
+Both load any causal LM (hub id or local folder); the family registry puts them on the continuous-batching AR
+engine (`harness.engine.ar`, per-row KV slots): the same engine semantics as the diffusion decoder (rows leave and
 refill every step, one host read per step, counter-based random streams, so samples do not depend on their
 batch). NFE = target forwards, TPF = valid new tokens (cut at EOS / stop string by `contract.text.cut_at_stop`)
 / target forwards. `AssistedARDecoder` adds a drafter and verifies k drafts per row per step in one batched
@@ -20,15 +20,13 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
-from contract.records import GenerationRequest, GenerationResult, check_requests
 from contract.text import Prompt, encode_prompt
-from models import fused_moe
-from models.ar_engine import AREngine
 from models.causal_lm import CausalLM
-from models.drafters import ModelDrafter, MTPDrafter
+from models.drafters import Drafter, ModelDrafter, MTPDrafter
 from models.gemma4_mtp import ASSISTANT_MODEL_TYPES, export_shared_kv, load_assistant
-from models.lora import load_adapter
-from models.remote_load import eos_ids_of
+from models.kernels import fused_moe
+from models.loading.lora import load_adapter
+from models.loading.remote_load import eos_ids_of
 from samplers.token_draw import TokenSampling
 
 DEFAULT_MODEL = "google/gemma-4-26B-A4B-it"
@@ -47,7 +45,7 @@ def load_causal_lm(
     experts: str | None = None,
 ):
     """Load a causal LM in eval mode on one device, or spread by `device_map`; `experts`: its MoE experts'
-    implementation (`models.fused_moe.CHOICES`, None: transformers' default)."""
+    implementation (`models.kernels.fused_moe.CHOICES`, None: transformers' default)."""
     kwargs: dict[str, Any] = {"dtype": DTYPES[dtype], "revision": revision, **fused_moe.loading_kwargs(experts, device)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
@@ -60,7 +58,9 @@ def load_causal_lm(
 
 
 class ARDecoder:
-    """Plain AR decoding (greedy or sampled) of a causal LM on the continuous-batching engine; label "ar"."""
+    """Plain AR (greedy or sampled) of a causal LM: loads it, encodes prompts, describes itself; label "ar".
+    `harness.engine.decoders.decoder_for(ARDecoder(...))` (or `harness.api.load_decoder(path, kind="ar")`)
+    decodes with it."""
 
     label = kind = DecoderKind.AR
 
@@ -109,7 +109,7 @@ class ARDecoder:
         self.model = load_causal_lm(
             path, dtype, device, device_map, attn_implementation, revision=revision, experts=experts
         )
-        if adapter:  # a LoRA adapter (models.lora) on the target, merged
+        if adapter:  # a LoRA adapter (models.loading.lora) on the target, merged
             self.model = load_adapter(self.model, resolve_model_ref(adapter, "model.adapter")).eval()
         self.lora_adapter = adapter
         self.device = self.model.device
@@ -118,23 +118,13 @@ class ARDecoder:
         self.pad_id = pad if pad is not None else self.eos_ids[0]
         self.sampling = TokenSampling(do_sample, temperature, top_k, top_p)
         self.target = CausalLM(self.model)
-        self.engine = ARDecoder._engine(self)  # a subclass builds its own once its drafter is loaded
 
-    def _engine(self) -> AREngine:
-        return AREngine(self.target, self.tokenizer, self.eos_ids, self.sampling)
+    def new_drafter(self) -> Drafter | None:
+        """The drafter the engine runs (plain AR: none)."""
+        return None
 
-    # --- Decoder protocol -------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, self.enable_thinking)
-
-    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        """Decode a list together (one batch of all of them); results in request order."""
-        check_requests(requests)
-        out = {r.sample_id: r for r in self.stream(requests, batch_size=max(1, len(requests)))}
-        return [out[r.sample_id] for r in requests]
-
-    def stream(self, requests, batch_size: int):
-        return self.engine.stream(requests, batch_size)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -222,15 +212,12 @@ class AssistedARDecoder(ARDecoder):
             loader=load_assistant if self.is_mtp else None,
         )
         self.kv_store_layers = export_shared_kv(self.model) if self.is_mtp else []
-        self.engine = self._engine()
 
-    def _engine(self) -> AREngine:
+    def new_drafter(self) -> Drafter:
         k = self.num_draft_tokens
         if self.is_mtp:
-            drafter = MTPDrafter(self.draft, self.target, self.kv_store_layers, k)
-        else:
-            drafter = ModelDrafter(CausalLM(self.draft), k, self.sampling)
-        return AREngine(self.target, self.tokenizer, self.eos_ids, self.sampling, drafter, k, self.schedule)
+            return MTPDrafter(self.draft, self.target, self.kv_store_layers, k)
+        return ModelDrafter(CausalLM(self.draft), k, self.sampling)
 
     def describe(self) -> dict[str, Any]:
         return {

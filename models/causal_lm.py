@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from models import slot_attention
-from models.slot_cache import SlotCache
+from models.cache import slot_attention
+from models.cache.slot_cache import SlotCache
 
 PREFILL_CHUNK = 512  # positions per prefill forward (the sliding layers' ring holds window - 1 + this)
 

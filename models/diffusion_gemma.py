@@ -2,7 +2,7 @@
 
 The decode loop (harness.engine.decode) only talks to this small interface, so one code path serves a tiny
 local checkpoint on the CPU and `google/diffusiongemma-26B-A4B-it` on a GPU. The batch's contexts live in
-per-row slots of one preallocated cache (`models.slot_cache`): row r's context is positions 0.. of slot row r,
+per-row slots of one preallocated cache (`models.cache.slot_cache`): row r's context is positions 0.. of slot row r,
 so every row sees the positions it would see alone, and admitting, committing and releasing a row write only
 its new K/V and move no other row's. The decoder writes each step's canvas K/V into the slots after the
 context (scratch the commit overwrites with the encoder's K/V), and masks come from positions.
@@ -21,11 +21,12 @@ from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, encode_prompt
-from models import fused_moe, logits_blocks, reference_context, slot_attention
-from models.lora import load_adapter
-from models.reference_context import ReferenceState
-from models.remote_load import eos_ids_of
-from models.slot_cache import CanvasSlots, SlotCache, bucket
+from models.cache import reference_context, slot_attention
+from models.cache.reference_context import ReferenceState
+from models.cache.slot_cache import CanvasSlots, SlotCache, bucket
+from models.kernels import fused_moe, logits_blocks
+from models.loading.lora import load_adapter
+from models.loading.remote_load import eos_ids_of
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
@@ -85,7 +86,7 @@ class DiffusionGemmaAdapter:
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(path, **kwargs).eval()
-        if adapter:  # a LoRA adapter (models.lora), merged: the same modules and speed as the base
+        if adapter:  # a LoRA adapter (models.loading.lora), merged: the same modules and speed as the base
             model = load_adapter(model, resolve_model_ref(adapter, "model.adapter")).eval()
         self.lora_adapter = adapter
         if not device_map:
@@ -195,7 +196,7 @@ class DiffusionGemmaAdapter:
     @torch.no_grad()
     def prefill_whole(self, prompts: list[list[int]]) -> ReferenceState:
         """The reference mode's prefill: the prompts in one forward into transformers' own cache
-        (`models.reference_context`: `generate()`'s order of operations, for token-for-token parity)."""
+        (`models.cache.reference_context`: `generate()`'s order of operations, for token-for-token parity)."""
         return reference_context.prefill(self, prompts)
 
     @torch.no_grad()
@@ -299,7 +300,7 @@ class DiffusionGemmaAdapter:
         (the first step of a canvas) get no self-conditioning. `out` (B, C, V), any float dtype, receives
         the logits and may be `sc` itself: the self-conditioning signal is read before it is overwritten.
         The signal and the LM head each run over all rows' positions in one matmul per block
-        (`models.logits_blocks`: the weight is read once per step where the block fits the budget), so the only
+        (`models.kernels.logits_blocks`: the weight is read once per step where the block fits the budget), so the only
         full-size tensor is `out` (transformers' forward holds about four: softmax, its cast, the logits and
         their float copy).
         """

@@ -2,7 +2,7 @@
 
 The checkpoint's causal encoder is a causal LM over the shared layers: AR decoding is greedy over
 softcap(lm_head(encoder hidden state)), one single-token encoder forward per new token, on the same
-continuous-batching AR engine as the other AR baselines (`models.ar_engine`, per-row KV slots). TPF = 1 by
+continuous-batching AR engine as the other AR baselines (`harness.engine.ar`, per-row KV slots). TPF = 1 by
 construction; the cut at EOS / stop strings is the shared rule.
 """
 
@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.ar_engine import AREngine
 from models.causal_lm import CausalLM
 from models.diffusion_gemma import DiffusionGemmaAdapter
 from models.same_weights_ar import SameWeightsARDecoder
-from samplers.token_draw import TokenSampling
 
 
 class DiffusionGemmaARDecoder(SameWeightsARDecoder):
@@ -24,6 +22,4 @@ class DiffusionGemmaARDecoder(SameWeightsARDecoder):
 
     def __init__(self, **adapter_kwargs: Any):
         self.adapter = DiffusionGemmaAdapter(**adapter_kwargs)
-        self.tokenizer = self.adapter.tokenizer
-        lm = CausalLM(self.adapter.model, encoder=self.adapter.model.model.encoder)
-        self.engine = AREngine(lm, self.tokenizer, self.adapter.eos_ids, TokenSampling())
+        self.target = CausalLM(self.adapter.model, encoder=self.adapter.model.model.encoder)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from models.cache.slot_cache import SlotCache
 from models.causal_lm import PREFILL_CHUNK, CausalLM
-from models.slot_cache import SlotCache
 from samplers import streams
 from samplers.token_draw import TokenSampling, pick, probabilities
 

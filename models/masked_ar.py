@@ -5,7 +5,7 @@ its `diffusion_head` are an ordinary causal LM (its own `ar_generate`: a causal 
 forward per new token over the KV cache, greedy or sampled). This decoder loads the checkpoint through
 `models.masked_diffusion.MaskedDiffusionAdapter` (the same yaml keys: remote code, `module_attrs` that put every
 attention in its causal mode) and runs the body and head on the continuous-batching AR engine of the other AR
-baselines (`models.ar_engine`, per-row KV slots). TPF = 1 by construction; the cut at EOS / stop strings is the
+baselines (`harness.engine.ar`, per-row KV slots). TPF = 1 by construction; the cut at EOS / stop strings is the
 shared rule. Greedy only (as `models.diffusion_gemma_ar`).
 """
 
@@ -15,11 +15,9 @@ from typing import Any
 
 import torch
 
-from models.ar_engine import AREngine
 from models.causal_lm import CausalLM
 from models.masked_diffusion import MaskedDiffusionAdapter
 from models.same_weights_ar import SameWeightsARDecoder
-from samplers.token_draw import TokenSampling
 
 
 class MaskedARDecoder(SameWeightsARDecoder):
@@ -27,10 +25,9 @@ class MaskedARDecoder(SameWeightsARDecoder):
 
     def __init__(self, body: str = "encoder", head: str = "diffusion_head", **adapter_kwargs: Any):
         self.adapter = MaskedDiffusionAdapter(**adapter_kwargs)
-        self.tokenizer, model = self.adapter.tokenizer, self.adapter.model
+        model = self.adapter.model
         for key, name in (("body", body), ("head", head)):
             if not isinstance(getattr(model, name, None), torch.nn.Module):
                 raise ValueError(f"model.{key}: {type(model).__name__} has no submodule {name!r}")
         self.body, self.head, self.mode = body, head, f"causal {body} + {head}, greedy"
-        lm = CausalLM(model, encoder=getattr(model, body), head=getattr(model, head))
-        self.engine = AREngine(lm, self.tokenizer, sorted(self.adapter.eos_ids), TokenSampling())
+        self.target = CausalLM(model, encoder=getattr(model, body), head=getattr(model, head))

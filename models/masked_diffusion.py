@@ -14,7 +14,7 @@ Three context paths (`context`, recorded in `describe()`):
 - `cache`: block-causal and prefix-causal models only. A committed block's K/V never change, so they are kept per
   row and a step runs only the current block, plus the positions committed since the row's last step (the prompt's whole
   blocks at its first step, the previous block at the first step of a block): no extra forward. Exact. The K/V
-  live in `models.row_cache.RowCache` (preallocated per-row slots, slot = position): the model's attention
+  live in `models.cache.row_cache.RowCache` (preallocated per-row slots, slot = position): the model's attention
   writes a step's new K/V in place and attends the rows' slots, so no step copies the cached prefix.
 - `prefix_cache`: the same on a bidirectional model, Fast-dLLM's approximate prefix cache (a block's K/V are
   computed once, at the step after its commit, and never refreshed; Fast-dLLM refreshes at each block start).
@@ -43,7 +43,8 @@ any mask to (B, 1, 1, -1); only a fully bidirectional model on the recompute pat
 and `forward_kwargs` go to every forward (SDAR writes its cache only with `store_kv: true`); `module_attrs` are set
 on every submodule that has them after loading (Nemotron-Labs-Diffusion switches each attention between its modes
 with a `diffusion_lm` flag and drops any mask in diffusion mode: set false, it attends as our mask says). Loading
-goes through `models.remote_load`: packages the code imports are checked first (`requires`, `torch_fallbacks`), 4.x
+goes through `models.loading.remote_load`: packages the code imports are checked first (`requires`,
+`torch_fallbacks`), 4.x
 remote classes are fitted, and non-persistent buffers (rotary `inv_freq`) are repaired from a fresh init or the
 model is refused. docs/masked.md lists what each hub model's remote code needs, checked against its source.
 """
@@ -61,9 +62,10 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 from contract.decoding import DecoderKind
 from contract.paths import resolve_model_ref
 from contract.text import Prompt, encode_prompt
-from models import remote_compat, remote_load
-from models.masked_checks import DecodeLayout, check_masked_model
-from models.row_cache import RowCache
+from models.cache.row_cache import RowCache
+from models.compat import remote_compat
+from models.loading import remote_load
+from models.loading.masked_checks import DecodeLayout, check_masked_model
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
 AUTO_CLASSES = {"causal_lm": AutoModelForCausalLM, "model": AutoModel}
@@ -255,7 +257,7 @@ class MaskedDiffusionAdapter:
     # ----------------------------------------------------------------------------------------------
 
     def open(self, rows: int) -> RowCache:
-        """The rows' context: their cached K/V (`models.row_cache`; the recompute path keeps none)."""
+        """The rows' context: their cached K/V (`models.cache.row_cache`; the recompute path keeps none)."""
         return RowCache(rows)
 
     def release(self, cache: RowCache, row: int) -> None:

@@ -1,7 +1,7 @@
-"""A diffusion checkpoint decoding autoregressively with its own weights ("ar-same-weights"): the shared decoder
+"""A diffusion checkpoint decoding autoregressively with its own weights ("ar-same-weights"): the shared adapter
 surface. A subclass loads the checkpoint through its family's adapter (`self.adapter`), wraps its causal mode as a
-`models.causal_lm.CausalLM` on the continuous-batching AR engine (`self.engine`) and names it (`self.mode`); this
-class only forwards. Greedy only: TPF = 1 by construction, the cut at EOS / stop strings the shared rule.
+`models.causal_lm.CausalLM` (`self.target`) and names it (`self.mode`); the AR families' engine
+(`harness.engine.ar`) decodes it. Greedy only: TPF = 1 by construction, the cut at EOS / stop strings the shared rule.
 """
 
 from __future__ import annotations
@@ -9,29 +9,33 @@ from __future__ import annotations
 from typing import Any
 
 from contract.decoding import DecoderKind
-from contract.records import GenerationRequest, GenerationResult, check_requests
 from contract.text import Prompt
+from samplers.token_draw import TokenSampling
 
 
 class SameWeightsARDecoder:
-    """`contract.decoding.Decoder` over a diffusion checkpoint's causal mode; subclasses set adapter, engine, mode."""
+    """The AR-mode adapter over a diffusion checkpoint; subclasses set adapter, target, mode."""
 
     label = kind = DecoderKind.AR_SAME_WEIGHTS
     resumable = True  # greedy: a sample does not depend on its batch
+    sampling = TokenSampling()  # greedy
     adapter: Any
-    engine: Any  # models.ar_engine.AREngine
+    target: Any  # models.causal_lm.CausalLM over the checkpoint's causal mode
     mode: str
+
+    @property
+    def tokenizer(self):
+        return self.adapter.tokenizer
+
+    @property
+    def eos_ids(self) -> list[int]:
+        return sorted(self.adapter.eos_ids)
+
+    def new_drafter(self) -> None:
+        return None
 
     def encode(self, prompt: Prompt) -> list[int]:
         return self.adapter.encode(prompt)
 
     def describe(self) -> dict[str, Any]:
         return {**self.adapter.describe(), "decoder": str(self.label), "mode": self.mode, "engine": "continuous"}
-
-    def stream(self, requests, batch_size: int):
-        return self.engine.stream(requests, batch_size)
-
-    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        check_requests(requests)
-        out = {r.sample_id: r for r in self.stream(requests, batch_size=max(1, len(requests)))}
-        return [out[r.sample_id] for r in requests]

@@ -104,7 +104,8 @@ def build_tiny_remote(
     from safetensors.torch import save_file
     from transformers import AutoConfig
 
-    from models import remote_compat, remote_load
+    from models.compat import remote_compat
+    from models.loading import remote_load
 
     remote_compat.apply()  # the 4.x names such code imports (the adapter puts them back the same way)
     remote_load.install_fallbacks(torch_fallbacks)  # the model's `torch_fallbacks`, as the adapter installs them

@@ -71,11 +71,11 @@ def test_load_decoder_builds_the_ar_families(tmp_path):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"kind": "masked", "sampler": "entropy_bound"}, "not a sampler of the masked family"),
-        ({"kind": "diffusion", "sampler": "remdm"}, "not a sampler of the diffusion family"),
+        ({"kind": "masked", "sampler": "entropy_bound"}, "uniform-state sampler on a masked model"),
+        ({"kind": "diffusion", "sampler": "remdm"}, "masked sampler on a diffusion model"),
         ({"kind": "ar", "sampler": "entropy_bound"}, "takes no sampler"),
         ({"kind": "masked", "threshold": 2.0}, "sampler.threshold"),
-        ({"kind": "unicorn"}, "kind: must be one of"),
+        ({"kind": "unicorn"}, "kind: unknown decoding family"),
     ],
 )
 def test_load_decoder_refuses_before_loading(kwargs, match):

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, Gemma4ForCausalLM
 from contract.decoding import Decoder
 from contract.records import GenerationRequest
 from contract.text import cut_at_stop
+from harness.engine.decoders import decoder_for
 
 N = 16  # max new tokens in most tests
 PROMPTS = ["hello world", "The answer is", "12+7=", "a"]
@@ -72,7 +73,7 @@ def multimodal_ar_dir(tmp_path_factory):
 def ar(ar_dir):
     from models.ar import ARDecoder
 
-    return ARDecoder(str(ar_dir), name="tiny_ar", dtype="float32", device="cpu")
+    return decoder_for(ARDecoder(str(ar_dir), name="tiny_ar", dtype="float32", device="cpu"), None)
 
 
 def requests(dec, prompts=PROMPTS, n=N, stops=(), seed=0):
@@ -84,7 +85,9 @@ def hf_greedy(dec, prompts, n, eos):
     tok = dec.tokenizer
     enc = tok(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
     assert tok.padding_side == "left"
-    out = dec.model.generate(**enc, max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    out = dec.model.model.generate(
+        **enc, max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=tok.pad_token_id
+    )
     return out[:, enc["input_ids"].shape[1] :].tolist()
 
 
@@ -108,7 +111,7 @@ def test_is_a_decoder(ar):
 def test_greedy_batch1_equals_generate(ar):
     for p in PROMPTS:
         [res] = ar.generate(requests(ar, [p]))
-        ref = first_cut(hf_greedy(ar, [p], N, ar.eos_ids)[0], ar.eos_ids)
+        ref = first_cut(hf_greedy(ar, [p], N, ar.model.eos_ids)[0], ar.model.eos_ids)
         assert res.token_ids == ref, p
         assert res.nfe == len(ref)  # one forward per token, prefill included
         assert res.tpf == pytest.approx(1.0)
@@ -116,10 +119,10 @@ def test_greedy_batch1_equals_generate(ar):
 
 def test_greedy_left_padded_batch_equals_generate_and_batch1(ar):
     batch = ar.generate(requests(ar))
-    ref = hf_greedy(ar, PROMPTS, N, ar.eos_ids)
+    ref = hf_greedy(ar, PROMPTS, N, ar.model.eos_ids)
     singles = [ar.generate(requests(ar, [p]))[0] for p in PROMPTS]
     for res, row, single in zip(batch, ref, singles):
-        assert res.token_ids == first_cut(row, ar.eos_ids)
+        assert res.token_ids == first_cut(row, ar.model.eos_ids)
         assert res.token_ids == single.token_ids and res.nfe == single.nfe
 
 
@@ -131,7 +134,7 @@ def test_finished_rows_stop_paying(ar_dir, ar):
     stop_tok = free[0][3]
     hand = [row.index(stop_tok) + 1 if stop_tok in row else N for row in free]
     assert len(set(hand)) > 1, "pick prompts whose rows finish at different steps"
-    dec = ARDecoder(str(ar_dir), dtype="float32", device="cpu", eos_token_ids=[stop_tok])
+    dec = decoder_for(ARDecoder(str(ar_dir), dtype="float32", device="cpu", eos_token_ids=[stop_tok]), None)
     res = dec.generate(requests(dec))
     assert [r.nfe for r in res] == hand
     assert [r.token_ids for r in res] == [row[:h] for row, h in zip(free, hand)]
@@ -149,7 +152,7 @@ def test_stop_strings_cut_like_cut_at_stop_and_stop_early(ar):
     stop = text[6:8]  # a stop string the model does produce, mid-output
     assert stop and len(stop) == 2
     [res] = ar.generate(requests(ar, [PROMPTS[0]], n=24, stops=[stop]))
-    ids, cut_text, reason = cut_at_stop(ar.tokenizer, full.token_ids, set(ar.eos_ids), [stop])
+    ids, cut_text, reason = cut_at_stop(ar.tokenizer, full.token_ids, set(ar.model.eos_ids), [stop])
     assert (
         (res.token_ids, res.text, res.finished_by) == (ids, cut_text, reason) == (ids, text[: text.find(stop)], "stop")
     )
@@ -170,7 +173,8 @@ def test_mixed_max_new_tokens_in_one_batch(ar):
 def test_sampling_is_seeded(ar_dir):
     from models.ar import ARDecoder
 
-    dec = ARDecoder(str(ar_dir), dtype="float32", device="cpu", do_sample=True, temperature=1.5, top_p=0.95)
+    ad = ARDecoder(str(ar_dir), dtype="float32", device="cpu", do_sample=True, temperature=1.5, top_p=0.95)
+    dec = decoder_for(ad, None)
     a = dec.generate(requests(dec, [PROMPTS[0]], seed=7))[0].token_ids
     b = dec.generate(requests(dec, [PROMPTS[0]], seed=7))[0].token_ids
     c = dec.generate(requests(dec, [PROMPTS[0]], seed=8))[0].token_ids
@@ -186,13 +190,13 @@ def test_sampling_is_seeded(ar_dir):
 def assisted(target, draft, **kw):
     from models.ar import AssistedARDecoder
 
-    return AssistedARDecoder(str(target), draft_path=str(draft), dtype="float32", device="cpu", **kw)
+    return decoder_for(AssistedARDecoder(str(target), draft_path=str(draft), dtype="float32", device="cpu", **kw), None)
 
 
 def test_draft_equal_to_target_accepts_everything(ar_dir, ar):
     k = 4
     dec = assisted(ar_dir, ar_dir, num_draft_tokens=k)
-    assert dec.label == "ar+draft" and dec.draft is not dec.model
+    assert dec.label == "ar+draft" and dec.model.draft is not dec.model.model
     assert dec.describe()["batched"] is True
     greedy = ar.generate(requests(ar, n=20))
     for res, ref in zip(dec.generate(requests(dec, n=20)), greedy):
@@ -238,9 +242,9 @@ def test_partial_agreement_matches_hand_count(ar_dir, near_draft_dir, ar, k):
     accepted = 0
     for req in requests(dec, n=20):
         [res] = dec.generate([req])
-        tokens, per_step = reference_speculative(dec.model, draft, req.prompt_ids, 20, k, dec.eos_ids)
+        tokens, per_step = reference_speculative(dec.model.model, draft, req.prompt_ids, 20, k, dec.model.eos_ids)
         assert res.extra["tokens_per_verify"] == per_step
-        assert res.nfe == len(per_step) and res.token_ids == first_cut(tokens, dec.eos_ids)
+        assert res.nfe == len(per_step) and res.token_ids == first_cut(tokens, dec.model.eos_ids)
         assert res.token_ids == ar.generate([req])[0].token_ids  # lossless: the target's greedy output
         accepted += res.extra["accepted_drafts"]
     assert accepted > 0, "the perturbed draft should agree sometimes"
@@ -260,7 +264,7 @@ def test_assisted_stop_string_and_sampling(ar_dir, near_draft_dir, ar):
     dec = assisted(ar_dir, near_draft_dir, num_draft_tokens=3)
     [res] = dec.generate(requests(dec, [PROMPTS[0]], n=24, stops=[stop]))
     assert (res.token_ids, res.text, res.finished_by) == cut_at_stop(
-        ar.tokenizer, full.token_ids, set(ar.eos_ids), [stop]
+        ar.tokenizer, full.token_ids, set(ar.model.eos_ids), [stop]
     )
     assert res.nfe < full.nfe
     samp = assisted(ar_dir, near_draft_dir, num_draft_tokens=3, do_sample=True, temperature=1.0)
@@ -274,7 +278,7 @@ def test_assisted_stop_string_and_sampling(ar_dir, near_draft_dir, ar):
 
 def test_mtp_drafter_is_lossless_and_counted(ar_dir, mtp_dir, ar):
     dec = assisted(ar_dir, mtp_dir, num_draft_tokens=3)
-    assert dec.label == "ar+mtp" and type(dec.draft).__name__ == "Gemma4AssistantForCausalLM"
+    assert dec.label == "ar+mtp" and type(dec.model.draft).__name__ == "Gemma4AssistantForCausalLM"
     assert dec.describe()["kv_store_layers"] == [0, 1]  # the target hands over its last K/V of each layer type
     for res, ref in zip(dec.generate(requests(dec, n=20)), ar.generate(requests(ar, n=20))):
         assert res.token_ids == ref.token_ids
@@ -303,8 +307,8 @@ def test_mtp_with_the_multimodal_target_class(multimodal_ar_dir, tmp_path):
 
     drafter = build_tiny_assistant(tmp_path / "mtp", multimodal_ar_dir, layers=2)
     dec = assisted(multimodal_ar_dir, drafter, num_draft_tokens=2)
-    assert type(dec.model).__name__ == "Gemma4ForConditionalGeneration" and dec.label == "ar+mtp"
-    ar_mm = ARDecoder(str(multimodal_ar_dir), dtype="float32", device="cpu")
+    assert type(dec.model.model).__name__ == "Gemma4ForConditionalGeneration" and dec.label == "ar+mtp"
+    ar_mm = decoder_for(ARDecoder(str(multimodal_ar_dir), dtype="float32", device="cpu"), None)
     for res, ref in zip(dec.generate(requests(dec, PROMPTS[:2])), ar_mm.generate(requests(ar_mm, PROMPTS[:2]))):
         assert res.token_ids == ref.token_ids and res.nfe == len(res.extra["tokens_per_verify"])
 
@@ -351,5 +355,5 @@ def test_model_configs_instantiate(ar_dir, mtp_dir):
         cfg = OmegaConf.load(conf / f"{name}.yaml")
         assert cfg.name and cfg._target_.startswith("models.ar.")
     cfg = OmegaConf.load(conf / "tiny_ar_draft.yaml")
-    dec = instantiate(cfg, path=str(ar_dir), draft_path=str(mtp_dir))
-    assert isinstance(dec, Decoder) and dec.label == "ar+mtp" and dec.name == "tiny_ar_draft"
+    dec = decoder_for(instantiate(cfg, path=str(ar_dir), draft_path=str(mtp_dir)), None)
+    assert isinstance(dec, Decoder) and dec.label == "ar+mtp" and dec.model.name == "tiny_ar_draft"

@@ -1,4 +1,4 @@
-"""The AR engine (models.ar_engine) on per-row KV slots (models.slot_cache): AR, AR + draft and AR + MTP.
+"""The AR engine (harness.engine.ar) on per-row KV slots (models.cache.slot_cache): AR, AR + draft and AR + MTP.
 
 References: transformers' `generate()` (greedy AR tokens) and assisted generation (accepted tokens per verify
 step at batch 1, with the same drafter and k). Batched speculative decoding must be lossless at batch 1, 8 and
@@ -12,10 +12,10 @@ from transformers import AutoModelForCausalLM
 
 from bench.cpu.forward_counter import StepStreamer
 from contract.records import GenerationRequest
-from models.ar_engine import AREngine
+from harness.engine.ar import AREngine
+from models.cache.slot_cache import SlotCache
 from models.causal_lm import CausalLM
 from models.drafters import ModelDrafter, MTPDrafter
-from models.slot_cache import SlotCache
 from samplers.token_draw import TokenSampling
 
 TARGET, DRAFT = "models/checkpoints/sudoku6_ar", "models/checkpoints/sudoku6_ar_draft"

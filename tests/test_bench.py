@@ -161,7 +161,7 @@ def test_gpu_check_tiny_runs_the_full_script_on_cpu(tmp_path):
 def test_gpu_check_drops_batches_that_do_not_fit(tmp_path):
     """A memory budget between the engine's estimate at batch 2 and generate()'s: batch 8 is dropped, generate()
     runs at batch 1 only, the agreement check shrinks to 2 requests, and the notes say so."""
-    from models.memory import GIB
+    from models.planning.memory import GIB
 
     cfg = gpu_check.CheckConfig.tiny_cpu()
     cfg.batches, cfg.phases = [1, 2, 8], []

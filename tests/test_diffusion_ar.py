@@ -6,14 +6,15 @@ from __future__ import annotations
 import torch
 
 from contract.records import GenerationRequest
+from harness.engine.decoders import decoder_for
 from models.diffusion_gemma_ar import DiffusionGemmaARDecoder
 
 PROMPTS = ["hi", "a longer prompt here", "mid size"]
 
 
 def test_cached_greedy_decoding_equals_full_recompute(medium_diffusion_dir):
-    dec = DiffusionGemmaARDecoder(path=str(medium_diffusion_dir), dtype="float32", eos_token_ids=[1])
-    a = dec.adapter
+    dec = decoder_for(DiffusionGemmaARDecoder(path=str(medium_diffusion_dir), dtype="float32", eos_token_ids=[1]), None)
+    a = dec.model.adapter
     for p in PROMPTS:
         ids = a.encode(p)
         [res] = dec.generate([GenerationRequest("x", ids, seed=0, max_new_tokens=12)])
@@ -26,7 +27,7 @@ def test_cached_greedy_decoding_equals_full_recompute(medium_diffusion_dir):
 
 
 def test_batch_does_not_change_a_sample(medium_diffusion_dir):
-    dec = DiffusionGemmaARDecoder(path=str(medium_diffusion_dir), dtype="float32", eos_token_ids=[1])
+    dec = decoder_for(DiffusionGemmaARDecoder(path=str(medium_diffusion_dir), dtype="float32", eos_token_ids=[1]), None)
     reqs = [GenerationRequest(f"s{i}", dec.encode(p), seed=i, max_new_tokens=6 + 3 * i) for i, p in enumerate(PROMPTS)]
     together = dec.generate(reqs)
     alone = [dec.generate([r])[0] for r in reqs]
@@ -36,4 +37,4 @@ def test_batch_does_not_change_a_sample(medium_diffusion_dir):
     # than half of them are busy, then only the busy ones
     assert [r.nfe for r in together] == [6, 9, 12]
     assert sum(r.row_forwards for r in together) == 6 * 3 + 3 * 3 + 3 * 1
-    assert torch.is_tensor(dec.adapter.next_token_logits(dec.adapter.prefill([reqs[0].prompt_ids])))
+    assert torch.is_tensor(dec.model.adapter.next_token_logits(dec.model.adapter.prefill([reqs[0].prompt_ids])))

@@ -4,7 +4,8 @@ A move of a module (or a deleted docs page) fails here, naming the file and line
 place. Checked: README.md stays at most 200 lines (a newcomer's page; reference material lives in docs/); every
 docs/*.md page is linked from the README's docs index; every relative Markdown link resolves to a file (and its
 #anchor to a heading); every `python -m X` names an importable module; every dotted path under a project package
-(`harness.engine.decode`, `models.memory.estimate_decode_peak`) names a module, or a name that module defines or
+(`harness.engine.decode`, `models.planning.memory.estimate_decode_peak`) names a module, or a name that module defines
+or
 exports; every cited test function and every repository path to a source or data file or folder
 (`harness/engine/decode.py`, `conf/sampler/`) exists. Pure text and `ast`: nothing is imported, so the check runs
 in about a second.

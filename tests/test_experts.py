@@ -1,4 +1,5 @@
-"""MoE expert activation per forward (models.expert_counter) against a hand count from the routers' own outputs,
+"""MoE expert activation per forward (models.instruments.expert_counter) against a hand count from the routers' own
+outputs,
 on a tiny DiffusionGemma with 16 experts top-2, through the adapter calls the engine makes."""
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.expert_counter import ExpertCounter, for_decoder
+from harness.engine.decoders import decoder_for
+from models.instruments.expert_counter import ExpertCounter, for_decoder
 
 EXPERTS, TOP_K, C = 16, 2, 16
 
@@ -187,7 +189,7 @@ def test_gemma4_moe_ar_decoder(tmp_path):
     torch.manual_seed(0)
     Gemma4ForCausalLM(config).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    dec = ARDecoder(str(tmp_path), dtype="float32", device="cpu", eos_token_ids=[1])
+    dec = decoder_for(ARDecoder(str(tmp_path), dtype="float32", device="cpu", eos_token_ids=[1]), None)
     counter = for_decoder(dec)
     try:
         res = dec.generate([GenerationRequest("a", [10, 11, 12, 13], 0, 6), GenerationRequest("b", [10, 11], 1, 6)])

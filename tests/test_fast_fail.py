@@ -15,9 +15,7 @@ import sys
 import time
 
 import pytest
-from omegaconf import OmegaConf
 
-from harness.runner.configs import declared_kind
 from tests.helpers.app import REPO, app_env
 
 pytestmark = pytest.mark.slow  # real `python -m harness.run` subprocesses
@@ -112,44 +110,3 @@ def test_pre_download_checks_fail_fast(overrides, key, env, tmp_path):
         subprocess.run(cmd[:1] + cmd[3:], cwd=REPO, env={**app_env(), **extra}, capture_output=True, timeout=120)
         seconds.append(time.perf_counter() - t0)
     assert min(seconds) / base <= MAX_RATIO, f"{min(seconds):.1f} s = {min(seconds) / base:.0f}x python -c pass"
-
-
-def test_run_dir_kind_read_without_import_matches_the_class():
-    """`model_kind` reads `kind` from the source so that composing never imports a model; for every shipped model
-    config the source reading must give what the imported class says."""
-    from hydra.utils import get_class
-
-    from contract.decoding import DecoderKind
-
-    # files that extend another (Hydra defaults) name no target of their own: the one they extend is listed too
-    targets = {OmegaConf.load(p).get("_target_") for p in sorted((REPO / "conf" / "model").glob("*.yaml"))} - {None}
-    assert len(targets) >= 4
-    for target in sorted(targets):
-        static = declared_kind(target)
-        assert static is not None, f"{target}: kind not readable from the source (composing would import it)"
-        assert static == getattr(get_class(target), "kind", DecoderKind.AR), target
-
-
-def test_declared_kind_says_none_where_the_source_cannot_tell(tmp_path, monkeypatch):
-    """A computed `kind`, a decorated class or two bases: None, and `model_kind` imports the class instead."""
-    from contract.decoding import DecoderKind
-    from harness.runner.configs import model_kind
-
-    (tmp_path / "kinds_demo.py").write_text(
-        "from dataclasses import dataclass\n"
-        "from contract.decoding import DecoderKind\n\n"
-        "class Plain:\n    pass\n\n"
-        "class Declared:\n    label = kind = DecoderKind.AR_MTP\n\n"
-        "class Inherits(Declared):\n    pass\n\n"
-        "class Computed:\n    kind = DecoderKind('diffusion')\n\n"
-        "class Two(Plain, Declared):\n    pass\n\n"
-        "@dataclass\nclass Decorated:\n    pass\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert declared_kind("kinds_demo.Plain") == DecoderKind.AR
-    assert declared_kind("kinds_demo.Declared") == DecoderKind.AR_MTP
-    assert declared_kind("kinds_demo.Inherits") == DecoderKind.AR_MTP
-    for name in ("Computed", "Two", "Decorated", "Missing"):
-        assert declared_kind(f"kinds_demo.{name}") is None, name
-    assert model_kind(OmegaConf.create({"_target_": "kinds_demo.Computed"})) == DecoderKind.DIFFUSION  # imported
-    monkeypatch.delitem(sys.modules, "kinds_demo", raising=False)

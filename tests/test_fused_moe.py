@@ -1,4 +1,4 @@
-"""`models.fused_moe` (`model.experts=triton`): the fused MoE kernels, run by Triton's interpreter on the CPU.
+"""`models.kernels.fused_moe` (`model.experts=triton`): the fused MoE kernels, run by Triton's interpreter on the CPU.
 
 TRITON_INTERPRET must be set before triton (and the kernel module) is imported (conftest sets it); the
 interpreter multiplies float32 copies of the tiles (its bfloat16 `tl.dot` is wrong in triton 3.9), so float32
@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
 
-from models import fused_moe
+from models.kernels import fused_moe
 from models.tiny import diffusion_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -214,7 +214,7 @@ def test_the_engine_with_fused_experts_decodes_as_with_grouped_mm(adapter_factor
 
 @pytest.mark.slow
 def test_without_triton_models_load_and_the_option_is_refused():
-    """Every model load imports models.fused_moe: with no importable triton it still imports, and only
+    """Every model load imports models.kernels.fused_moe: with no importable triton it still imports, and only
     `model.experts=triton` is refused, by name."""
     code = (
         "import sys\n"

@@ -14,6 +14,7 @@ import torch
 from contract.records import GenerationRequest, decode_metrics
 from harness import api
 from harness.engine.decode import BlockDiffusionDecoder
+from harness.engine.decoders import decoder_for
 from models.diffusion_gemma_ar import DiffusionGemmaARDecoder
 from samplers.config import EntropyBoundConfig, SamplerConfigError
 from tests.helpers.app import REPO, compose_app, run_app
@@ -36,7 +37,7 @@ def _tokens(results):
 @pytest.mark.slow
 @pytest.mark.parametrize("verify", ["always", "steps", "step_cap"])
 def test_greedy_verification_is_the_ar_modes_output_at_batch_1_and_16(medium_diffusion_dir, adapter_factory, verify):
-    ar = DiffusionGemmaARDecoder(path=str(medium_diffusion_dir), dtype="float32", eos_token_ids=[1])
+    ar = decoder_for(DiffusionGemmaARDecoder(path=str(medium_diffusion_dir), dtype="float32", eos_token_ids=[1]), None)
     reqs = _requests(ar.encode, PROMPTS * 4, [6 + i for i in range(20)])
     expected = _tokens(ar.generate(reqs))
     draft_steps = 2 if verify == "always" else None  # a short draft: the random model's drafts are rejected anyway

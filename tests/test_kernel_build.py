@@ -36,7 +36,7 @@ def test_released_launches_compile_for_sm90_without_spills(tmp_path):
     for r in res["rows"]:
         assert r["fits"] and r["registers"] <= 255 and r["shared_bytes"] <= 232_448, r
         assert r["local_bytes"] == 0, r  # a spill would make these memory-bound kernels slower still
-    # the block rows follow models.fused_moe.block_rows: 16 pairs per program at batch 1, 64 at batch 32
+    # the block rows follow models.kernels.fused_moe.block_rows: 16 pairs per program at batch 1, 64 at batch 32
     assert rows["moe_gate_up B=1"]["constexprs"]["BM"] == 16 and rows["moe_down B=32"]["constexprs"]["BM"] == 64
     assert not rows["moe_gate_up B=1"]["constexprs"]["F32_DOT"]  # the GPU path multiplies bf16 tiles
     # tl.dot runs on tensor cores: Hopper's warpgroup MMA once a block has 64 rows

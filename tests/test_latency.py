@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from contract.records import GenerationRequest, decode_metrics, percentile
+from harness.engine.decoders import decoder_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,7 +123,7 @@ def test_ar_ttft_is_the_first_accepted_token(model):
 
     from tests.helpers.app import compose_app
 
-    dec = instantiate(compose_app(f"model={model}").model)
+    dec = decoder_for(instantiate(compose_app(f"model={model}").model), None)
     clock = Clock()
     target = dec.engine.target
     # prefill forwards write given rows; step forwards run rows 0..b-1 (rows=None)

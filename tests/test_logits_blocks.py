@@ -1,4 +1,5 @@
-"""models.logits_blocks through `DiffusionGemmaAdapter.denoise`: the LM head and the self-conditioning matmul read
+"""models.kernels.logits_blocks through `DiffusionGemmaAdapter.denoise`: the LM head and the self-conditioning matmul
+read
 their (V, H) weight once per step for the whole batch (not once per row and block), a forced-small budget splits
 them into the expected number of blocks, the logits equal a plain per-row loop's, and the extra memory at the real
 vocabulary stays within 1.5 U (U = one float32 B x C x V tensor)."""
@@ -11,8 +12,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from models import logits_blocks
 from models.diffusion_gemma import DiffusionGemmaAdapter
+from models.kernels import logits_blocks
 from models.tiny import char_tokenizer
 from tests.test_memory import LiveBytes, _tiny_model, small_config
 

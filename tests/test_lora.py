@@ -1,4 +1,4 @@
-"""LoRA fine-tuning (models.lora, models.objectives, evals.sudoku.finetune) on tiny real models, CPU.
+"""LoRA fine-tuning (models.loading.lora, models.training.objectives, evals.sudoku.finetune) on tiny real models, CPU.
 
 What the issue asks to show: only LoRA parameters move; merged and unmerged outputs agree (and peft's default
 wrapping of the encoder/decoder-shared weights does not); the loss falls; adapters load for evaluation with
@@ -20,8 +20,8 @@ import torch
 from evals.sudoku.data import DataSpec, ExampleOrder, load_examples, make_training_csv
 from evals.sudoku.finetune import diffusion_batch, train_lora
 from evals.sudoku.train import TrainConfig
-from models.lora import LoraSpec, attach_lora, load_adapter, lora_parameters, merge_adapter, save_adapter
-from models.objectives import DiffusionObjective, block_diffusion_loss, padded_context
+from models.loading.lora import LoraSpec, attach_lora, load_adapter, lora_parameters, merge_adapter, save_adapter
+from models.training.objectives import DiffusionObjective, block_diffusion_loss, padded_context
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "models" / "checkpoints"  # trained 6x6 Sudoku models: never saw a 4x4 grid

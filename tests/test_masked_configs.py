@@ -48,7 +48,7 @@ def test_masked_samplers_are_in_the_sampler_group(masked_dir):
     "overrides,match",
     [
         (["model=tiny_masked", "sampler=entropy_bound"], "uniform-state sampler on a masked model"),
-        (["model=tiny_diffusion", "sampler=block_refinement"], "masked sampler needs a masked model"),
+        (["model=tiny_diffusion", "sampler=block_refinement"], "masked sampler on a diffusion model"),
         (["model=tiny_masked", "sampler=block_refinement", "sampler.block_length=3"], "sampler.block_length"),
         (["model=tiny_masked", "sampler=low_confidence", "model.context=prefix_cache"], "model.context"),
         (["model=tiny_masked", "sampler=fast_dllm_masked", "model.attention=bidirectional"], "context=cache is exact"),

@@ -1,4 +1,5 @@
-"""The masked family's memory estimate (`models.masked_memory`, `batch_size=auto`) against the masked engine's measured
+"""The masked family's memory estimate (`models.planning.masked_memory`, `batch_size=auto`) against the masked
+engine's measured
 peak on a real small model whose logits dominate (CPU, `LiveBytes` from tests/test_memory.py)."""
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from contract.records import GenerationRequest
 from harness.engine.masked import MaskedDiffusionDecoder
 from models.masked_diffusion import MaskedDiffusionAdapter
-from models.masked_memory import estimate_masked_peak, row_cache_slots, trims_lm_head
-from models.memory import count_parameters
+from models.planning.masked_memory import estimate_masked_peak, row_cache_slots, trims_lm_head
+from models.planning.memory import count_parameters
 from models.tiny import MASK, char_tokenizer
 from samplers.masked import BlockRefinementConfig
 from tests.test_memory import LiveBytes

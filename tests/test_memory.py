@@ -1,4 +1,5 @@
-"""models.memory: the pre-load peak-memory estimate and the batch-size choice, checked against real tiny models.
+"""models.planning.memory: the pre-load peak-memory estimate and the batch-size choice, checked against real tiny
+models.
 
 Tiny DiffusionGemma configs are built in memory (no weights saved, no downloads). Memory is measured on the CPU
 by `LiveBytes`, a dispatch mode that tracks the storage of every tensor an op creates until its last view dies,
@@ -18,8 +19,8 @@ from torch.utils._pytree import tree_flatten
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 from transformers.cache_utils import DynamicCache
 
-from models import memory
-from models.memory import (
+from models.planning import memory
+from models.planning.memory import (
     GIB,
     check_batch_fits,
     count_parameters,
@@ -354,5 +355,5 @@ def test_dtype_bytes():
 
 
 def test_module_import_does_not_import_torch():
-    code = "import sys, models.memory; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    code = "import sys, models.planning.memory; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=memory.__file__.rsplit("/models/", 1)[0])

@@ -25,8 +25,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from contract.records import GenerationRequest
+from harness.engine.decoders import decoder_for
 from harness.engine.masked import MaskedDiffusionDecoder
-from models.masked_checks import check_masked_model
+from models.loading.masked_checks import check_masked_model
 from models.tiny import MASK, char_tokenizer
 from samplers.masked import FastDllmConfig, LowConfidenceConfig
 
@@ -288,14 +289,15 @@ def test_ar_mode_equals_its_own_ar_loop_token_for_token(stand_ins):
 
     cfg = OmegaConf.load(AR_YAML)
     here = {"path": str(stand_ins[4]), "device": "cpu", "dtype": "float64", "num_threads": 1}
-    dec = instantiate(cfg, **here, mask_token_id=None, block_length=None, eos_token_ids=[1], attn_implementation=None)
-    assert isinstance(dec, MaskedARDecoder) and dec.describe()["module_attrs"] == {"diffusion_lm": False}
+    ad = instantiate(cfg, **here, mask_token_id=None, block_length=None, eos_token_ids=[1], attn_implementation=None)
+    assert isinstance(ad, MaskedARDecoder) and ad.describe()["module_attrs"] == {"diffusion_lm": False}
+    dec = decoder_for(ad, None)
     reqs = _requests(dec, 10)
-    for eos in (dec.adapter.vocab_size + 5, 74):
-        dec.engine.eos_ids = dec.adapter.eos_ids = {eos}
+    for eos in (ad.adapter.vocab_size + 5, 74):
+        dec.engine.eos_ids = ad.adapter.eos_ids = {eos}
         got = dec.generate(reqs)
         for req, res in zip(reqs, got, strict=True):
-            assert res.token_ids == _ar_reference(dec.adapter.model, req.prompt_ids, 10, eos)
+            assert res.token_ids == _ar_reference(ad.adapter.model, req.prompt_ids, 10, eos)
             assert res.nfe == len(res.token_ids)
         batched = {r.sample_id: r.token_ids for r in dec.stream(reqs, batch_size=2)}
         assert batched == {r.sample_id: r.token_ids for r in got}
@@ -306,7 +308,7 @@ def test_ar_mode_equals_its_own_ar_loop_token_for_token(stand_ins):
 def test_the_memory_estimate_reads_a_remote_config_the_yaml_trusts(stand_ins):
     """`harness.run` sizes an AR-mode batch from the config before loading: a remote config (`auto_map` with
     `AutoModel` only) is read when the yaml trusts remote code and its model counted on `meta`, else refused."""
-    from models import memory
+    from models.planning import memory
 
     config = memory.load_config(str(stand_ins[4]), trust_remote_code=True)
     assert memory.count_parameters(config) == sum(p.numel() for p in _shipped(stand_ins[4]).model.parameters())

@@ -17,7 +17,7 @@ from transformers.cache_utils import DynamicCache
 
 from contract.records import GenerationRequest
 from harness.engine.decode import BlockDiffusionDecoder
-from models import slot_attention
+from models.cache import slot_attention
 from samplers.config import EntropyBoundConfig
 from samplers.sampler_step import process_logits
 from tests.test_batch_invariance import TWIN_VOCAB, _prompts, build_twin

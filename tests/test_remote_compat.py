@@ -1,4 +1,4 @@
-"""transformers 4.x names that the masked family's remote code takes (models/remote_compat.py): plain RoPE's
+"""transformers 4.x names that the masked family's remote code takes (models/compat/remote_compat.py): plain RoPE's
 `ROPE_INIT_FUNCTIONS["default"]` computed as transformers' own, and remote code written against 4.x loading through
 the adapter (`trust_remote_code`, a local folder with its own modeling file and `auto_map`)."""
 
@@ -14,7 +14,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from harness.engine.masked import MaskedDiffusionDecoder
-from models import remote_compat
+from models.compat import remote_compat
 from models.masked_diffusion import MaskedDiffusionAdapter
 from models.tiny import build_masked
 from samplers.masked import BlockRefinementConfig

@@ -1,5 +1,6 @@
-"""Hub models with their own code load as their code means them to, or are refused (models/remote_load.py,
-models/remote_compat.py): 4.x-style stand-ins written for these tests (tests/helpers/remote_standins.py), each with
+"""Hub models with their own code load as their code means them to, or are refused (models/loading/remote_load.py,
+models/compat/remote_compat.py): 4.x-style stand-ins written for these tests (tests/helpers/remote_standins.py), each
+with
 one habit of the masked families' remote files, loaded through the adapter under transformers 5."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 import pytest
 import torch
 
-from models.masked_checks import check_masked_model
+from models.loading.masked_checks import check_masked_model
 from models.masked_diffusion import MaskedDiffusionAdapter
 from tests.helpers.remote_standins import MISSING_IMPORT, build_standin
 
@@ -59,7 +60,7 @@ def test_a_buffer_drawn_at_random_in_init_refuses_the_model(tmp_path):
 
 
 def test_a_buffer_registered_outside_init_cannot_be_matched_and_refuses(tmp_path):
-    from models import remote_load
+    from models.loading import remote_load
 
     standin = build_standin(tmp_path / "late", "Old4xMaskedLM")
     model = MaskedDiffusionAdapter(str(standin.path), **(KW | {"eos_token_ids": [1]})).model
@@ -158,7 +159,7 @@ def test_sdar_yaml_names_flash_attn_with_its_install_line():
 def test_the_flash_attn_fallback_computes_what_flash_attn_computes():
     """RMSNorm in float32 with the output in the input's dtype (the Triton kernel's arithmetic); attention over all
     keys with grouped K/V heads, in flash_attn's (B, L, H, D) layout; anything else refused."""
-    from models import flash_attn_torch
+    from models.compat import flash_attn_torch
 
     torch.manual_seed(0)
     x, w = torch.randn(2, 5, 16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16)
@@ -210,4 +211,4 @@ print("FALLBACK", *used, bool(ad.model(input_ids=torch.tensor([[7, 12]])).logits
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "REFUSED model.requires: the model's code imports flash_attn" in proc.stdout
-    assert "FALLBACK ['flash_attn'] True models.flash_attn_torch True" in proc.stdout
+    assert "FALLBACK ['flash_attn'] True models.compat.flash_attn_torch True" in proc.stdout

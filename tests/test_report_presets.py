@@ -199,13 +199,13 @@ def test_batch_size_auto_plans_ar_models_too():
     at most the number of items (3)."""
     from hydra.utils import instantiate
 
-    from harness.run import plan_batch_size
+    from harness.runner.batch_plan import plan_batch_size
     from harness.runner.evaluate import checked_items
 
     for model, check in (("tiny_ar", lambda b: b == 3), ("tiny_ar_draft", lambda b: b == 3)):
         cfg = _compose(f"model={model}", "batch_size=auto")
         ev = instantiate(cfg.eval)
-        assert check(plan_batch_size(cfg, ev, instantiate(cfg.sampler), checked_items(ev))), model
+        assert check(plan_batch_size(cfg, ev.max_new_tokens, instantiate(cfg.sampler), checked_items(ev))), model
 
 
 def test_a_compiled_step_is_planned_at_its_bucket(monkeypatch):
@@ -213,9 +213,9 @@ def test_a_compiled_step_is_planned_at_its_bucket(monkeypatch):
     that (whole_step, logits_factor 3); the eager default is not."""
     from hydra.utils import instantiate
 
-    from harness.run import plan_batch_size
+    from harness.runner.batch_plan import plan_batch_size
     from harness.runner.evaluate import checked_items
-    from models import memory
+    from models.planning import memory
 
     asked = []
     check = memory.check_batch_fits
@@ -228,6 +228,6 @@ def test_a_compiled_step_is_planned_at_its_bucket(monkeypatch):
     for overrides in (("model.compile=step",), ()):
         cfg = _compose("model=tiny_diffusion", "batch_size=3", *overrides)
         ev = instantiate(cfg.eval)
-        assert plan_batch_size(cfg, ev, instantiate(cfg.sampler), checked_items(ev)) == 3
+        assert plan_batch_size(cfg, ev.max_new_tokens, instantiate(cfg.sampler), checked_items(ev)) == 3
     assert (asked[0].get("whole_step"), asked[0].get("logits_factor")) == (True, 3.0)
     assert "whole_step" not in asked[1] and "logits_factor" not in asked[1]

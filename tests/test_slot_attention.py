@@ -1,12 +1,12 @@
-"""`models.slot_attention`: grouped-query attention under a mask reads K/V at their own heads (no `repeat_kv`) and
+"""`models.cache.slot_attention`: grouped-query attention under a mask reads K/V at their own heads (no `repeat_kv`) and
 gives transformers' `sdpa` result."""
 
 import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from models import slot_attention
-from models.slot_attention import gqa_packed_sdpa, slot_sdpa
+from models.cache import slot_attention
+from models.cache.slot_attention import gqa_packed_sdpa, slot_sdpa
 
 
 class _Attn(torch.nn.Module):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from evals.sudoku.train import DigitCodec, ModelShape, TrainConfig, build_model, lr_at, objective, progress, train
-from models.objectives import Batch, block_diffusion_loss
 from models.tiny import char_tokenizer
+from models.training.objectives import Batch, block_diffusion_loss
 
 TINY = ModelShape(hidden=32, layers=2, heads=2, head_dim=16, intermediate=64, num_experts=1)
 

@@ -1,4 +1,4 @@
-"""The AR engine (continuous batching on per-row KV slots, `models.ar_engine`) vs transformers, side by side.
+"""The AR engine (continuous batching on per-row KV slots, `harness.engine.ar`) vs transformers, side by side.
 
 On the shipped 6x6 Sudoku models (target models/checkpoints/sudoku6_ar, draft models/checkpoints/sudoku6_ar_draft)
 with the harness's own prompts (`conf/eval/sudoku6.yaml`: the held-out puzzles, compact format, 36 new tokens),
@@ -81,7 +81,8 @@ def ar_vs_generate(dec, ev, batches: dict[int, int], repeats: int) -> list[dict[
 
 
 def _ar_pair(dec, reqs, b: int, repeats: int) -> dict[str, Any]:
-    times, out = race({"ours": lambda: ours(dec, reqs, b), "generate": lambda: hf_generate(dec, reqs, b)}, repeats)
+    fns = {"ours": lambda: ours(dec, reqs, b), "generate": lambda: hf_generate(dec.model, reqs, b)}
+    times, out = race(fns, repeats)
     return _pair_row(b, reqs, times, out)
 
 
@@ -113,7 +114,7 @@ def varied_length(dec, ev, batch: int, n: int, repeats: int) -> dict[str, Any]:
         stats.append(dict(dec.engine.stats))
         return o
 
-    times, out = race({"ours": run_ours, "generate": lambda: hf_generate(dec, reqs, batch)}, repeats)
+    times, out = race({"ours": run_ours, "generate": lambda: hf_generate(dec.model, reqs, batch)}, repeats)
     row = _pair_row(batch, reqs, times, out)
     steps_hf = sum(max(lengths[s : s + batch]) for s in range(0, n, batch))
     row.update(
@@ -244,6 +245,7 @@ def summary_rows(p: dict[str, Any]) -> list[dict[str, Any]]:
 def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = False) -> dict[str, Any]:
     from contract.paths import resolve_path
     from harness.engine.decode import BlockDiffusionDecoder
+    from harness.engine.decoders import decoder_for
     from models.ar import ARDecoder, AssistedARDecoder
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from samplers.config import EntropyBoundConfig
@@ -254,8 +256,8 @@ def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = Fa
     out = Path(out_dir) if out_dir else OUT_DIR
     common = {"dtype": "float32", "device": "cpu", "num_threads": 1}
     target, draft_path, diffusion = (str(resolve_path(p)) for p in (TARGET, DRAFT, DIFFUSION))  # from any cwd
-    dec = ARDecoder(target, **common)
-    dr = AssistedARDecoder(target, draft_path=draft_path, num_draft_tokens=K, **common)
+    dec = decoder_for(ARDecoder(target, **common), None)
+    dr = decoder_for(AssistedARDecoder(target, draft_path=draft_path, num_draft_tokens=K, **common), None)
     diff = BlockDiffusionDecoder(
         DiffusionGemmaAdapter(diffusion, dtype="float32", device="cpu", eos_token_ids=[1]), EntropyBoundConfig()
     )
@@ -271,7 +273,7 @@ def run(quick: bool = False, out_dir: str | Path | None = None, quiet: bool = Fa
     ar_rows = ar_vs_generate(dec, ev, cfg["ar_batches"], cfg["ar_repeats"])
     v = cfg["varied"]
     varied = varied_length(dec, ev, v["batch"], v["requests"], v["repeats"])
-    draft = draft_section(dec, dr, ev, cfg["draft_batches"], cfg["draft_requests"], cfg["draft_repeats"])
+    draft = draft_section(dec.model, dr, ev, cfg["draft_batches"], cfg["draft_requests"], cfg["draft_repeats"])
     conc = concurrency(
         {"AR": dec, f"AR + draft (k={K})": dr, "diffusion": diff},
         ev,

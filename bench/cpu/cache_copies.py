@@ -13,7 +13,7 @@ storage: a gather, concatenation, pad or `contiguous`). Attention that reads the
 copy transformers' `sdpa` makes to expand grouped K/V heads for a masked call (`repeat_kv`: 2x the span on the
 sliding layers, 8x on the full ones, in every forward, `generate()`'s included) belongs to the attention kernel,
 not to cache maintenance: it is reported apart (`gqa_expand_bytes`). The engine's attention stacks each K/V head's
-query heads instead (`models.slot_attention.gqa_packed_sdpa`), so it reads the slots without it: 0.
+query heads instead (`models.cache.slot_attention.gqa_packed_sdpa`), so it reads the slots without it: 0.
 
 Before, the right-aligned `DynamicCache` (`models/kv_rows.py`, removed with this change): a commit by k rows
 copied those rows out (`take`), padded every row of every layer by C on the left (`pad_left`), and copied the k

@@ -23,7 +23,8 @@ AR = ("ar_same", "ar_gemma4", "ar_mtp", "ar_floor")
 VARIANTS = DIFFUSION + AR
 
 
-# the pre-`models.logits_blocks` denoise: per batch row, per block of this many float32 logits bytes, one LM-head
+# the pre-`models.kernels.logits_blocks` denoise: per batch row, per block of this many float32 logits bytes, one
+# LM-head
 # matmul (1 kernel, 4 views) and one self-conditioning block (slice, cast, softmax, cast, matmul, scale, copy:
 # 6 kernels, 5 views), as traced from that code
 PER_ROW_BLOCK_BYTES = 64 << 20
@@ -138,7 +139,8 @@ class Model(ProfileCosts):
         return parts
 
     def _v_compiled_tmoe(self, gpu: GPU, b: int, context: int) -> dict:
-        """`compiled` with `model.experts=triton`: the MoE layers run `models.fused_moe`'s two kernels (token rows
+        """`compiled` with `model.experts=triton`: the MoE layers run `models.kernels.fused_moe`'s two kernels (token
+        rows
         read in place, GELU(gate) * up written from float32 accumulators, routing weights applied in the down
         kernel) instead of transformers' grouped_mm path and the copies between its kernels."""
         return self._v_compiled(gpu, b, context, experts="_tmoe")
@@ -153,7 +155,7 @@ class Model(ProfileCosts):
         probability TPF / C, independently), their re-encode runs as a bucket of k more entries of the same graph.
         Expected over the binomial count of committing rows; one launch per step."""
         from harness.engine.step_graph import SPAN_QUANTUM
-        from models.slot_cache import bucket
+        from models.cache.slot_cache import bucket
 
         rows = bucket(b)
         c = self.real["canvas_length"]
@@ -187,7 +189,7 @@ class Model(ProfileCosts):
         return self.finish(gpu, parts, self._graph_dispatch(gpu, meta["kernels"]), meta, b * self.knobs.tpf, None)
 
     def _v_per_row(self, gpu: GPU, b: int, context: int) -> dict:
-        """What-if: the engine before `models.logits_blocks`, the LM head and the self-conditioning matmul once
+        """What-if: the engine before `models.kernels.logits_blocks`, the LM head and the self-conditioning matmul once
         per batch row and per 64 MiB block of float32 logits (64 positions at V = 262,144): 2 x B x 4 weight
         reads per step; each extra block adds the old loop's ops (traced from that code: 7 kernels, 9 views)."""
         return self._current(gpu, b, context, per_row=True)

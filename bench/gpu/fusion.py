@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 
-EXTERN_KINDS = ("mm", "gmm", "sdpa", "moe")  # moe: `models.fused_moe`'s kernels (custom ops)
+EXTERN_KINDS = ("mm", "gmm", "sdpa", "moe")  # moe: `models.kernels.fused_moe`'s kernels (custom ops)
 # ops inductor runs as a kernel of their own: ATen fallbacks (no generated code, nothing fuses into them), and
 # cumsum (a scan kernel on CUDA, a fallback on the CPU)
 EXTERN = re.compile(

@@ -2,12 +2,12 @@
 
 Measures, on one accelerator in about 8 minutes or less on an H100/H200 (docs/gpu_check.md says what each
 figure contains):
-1. memory plan: the estimated decode peak per batch size (`models.memory`) against the device's memory;
+1. memory plan: the estimated decode peak per batch size (`models.planning.memory`) against the device's memory;
    batch sizes that cannot fit are dropped with a printed note instead of an OOM;
 2. forward costs per batch size: the adapter's `denoise` (256-token canvas through the bidirectional decoder
    plus the 262k LM head, without and with self-conditioning) vs one AR token forward (a 1-token causal
    encoder forward appending to the same cache, plus the LM head over that token and the final soft cap),
-   and the MoE experts touched per layer in each (per row and over the batch: `models.expert_counter`);
+   and the MoE experts touched per layer in each (per row and over the batch: `models.instruments.expert_counter`);
 3. the sampler step at 256 x 262,144 on the device (B = 1, 4): the fused Triton kernel vs
    `torch_sampling(draw_fast)` vs transformers' ops (`bench.cpu.sampler_step_bench`), time and argmax agreement;
    then one layer's MoE experts, transformers' grouped_mm vs `model.experts=triton` (`bench.gpu.moe_experts`);
@@ -72,7 +72,7 @@ class CheckConfig:
     sampler_batches: list[int] = field(default_factory=lambda: [1, 4])
     sampler_repeats: int = 5
     draw: str | None = None  # None: the default sampler (draw="fast": the fused kernel on CUDA); "fused" forces it
-    headroom: float = 0.9  # share of the device memory a batch may plan to use (as models.memory)
+    headroom: float = 0.9  # share of the device memory a batch may plan to use (as models.planning.memory)
     memory_budget_gib: float | None = None  # plan against this instead of the device's memory (tests)
     # generate() holds ~8 U of float32 logits temporaries at its peak (U = B x C x V x 4 bytes; `bench.cpu.engine`
     # measures it: softcapped logits, scaled copy, softmax, and Categorical's normalised logits, probs, clamp, product)
@@ -117,7 +117,7 @@ def run(cfg: CheckConfig, out_dir: str | None = None, quiet: bool = False) -> di
     from bench.cpu import sampler_step_bench as sampler_step
     from bench.gpu import moe_experts
     from harness.engine.decode import BlockDiffusionDecoder
-    from models import fused_moe
+    from models.kernels import fused_moe
     from models.tiny import char_tokenizer
 
     if is_cuda(cfg.device) and not torch.cuda.is_available():

@@ -1,5 +1,5 @@
 """The two estimates `bench.gpu.gpu_check` holds its run against, both made without running the model:
-`memory_plan` (which batch sizes fit: `models.memory`'s decode-peak estimate against the device's memory, so a
+`memory_plan` (which batch sizes fit: `models.planning.memory`'s decode-peak estimate against the device's memory, so a
 batch that cannot fit is dropped with a note instead of an OOM) and `versus_plan` (the measured parts beside
 `make gpu-plan`'s cost-model predictions for this GPU: `bench.gpu.gpu_plan`, `bench.gpu.cost_model`).
 `cfg` is a `bench.gpu.gpu_check.CheckConfig` (not imported: that module imports this one)."""
@@ -18,10 +18,16 @@ from bench.gpu.gpu_device import is_cuda
 
 
 def memory_plan(model, cfg, parameters: int) -> dict[str, Any]:
-    """Which batch sizes fit, from `models.memory`'s estimate of the engine's decode peak (and generate()'s,
+    """Which batch sizes fit, from `models.planning.memory`'s estimate of the engine's decode peak (and generate()'s,
     whose logits temporaries are larger), against the device's memory: free now plus what this process holds
     (the weights), or `memory_budget_gib`."""
-    from models.memory import DTYPE_BYTES, GIB, estimate_decode_peak, free_memory_bytes, largest_batch_that_fits
+    from models.planning.memory import (
+        DTYPE_BYTES,
+        GIB,
+        estimate_decode_peak,
+        free_memory_bytes,
+        largest_batch_that_fits,
+    )
 
     dtype_bytes = DTYPE_BYTES[cfg.dtype]
     c = model.config.canvas_length

@@ -8,11 +8,11 @@ the FLOPs, bytes and time on an H100 / H200 / A100 at B = 1, 8, 32, 64 and 1k / 
              `commit`, `harness.engine.decode`'s sampler step with the fused kernel): eager, every op dispatched;
 - `compiled` the engine with `model.compile=step` (`harness.engine.step_graph`): the step's graph as traced, commits
              folded into it, fused by inductor's rules (`bench.gpu.fusion`), replayed as one CUDA graph;
-- `compiled_tmoe` the same with `model.experts=triton` (`models.fused_moe`: the MoE layers' fused kernels);
+- `compiled_tmoe` the same with `model.experts=triton` (`models.kernels.fused_moe`: the MoE layers' fused kernels);
 - `planned`  weights read once per step, one CUDA-graph launch, only new K/V written, attention reading
              each row's real context at its real K/V heads, commits folded into the step's forward;
 - `per_row`  what-if: the LM head and self-conditioning per row and per 64 MiB block (the engine before
-             `models.logits_blocks`: 2 x B x 4 embedding reads per step);
+             `models.kernels.logits_blocks`: 2 x B x 4 embedding reads per step);
 - `fused`    what-if: `planned` with the elementwise ops fused into the matmul / attention kernels;
 - `generate` transformers' `generate()` (its own traced step and sampling);
 - `floor`    the roofline floor: weights and K/V read once, FLOPs at the achievable peak, one launch;

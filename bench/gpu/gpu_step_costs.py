@@ -14,7 +14,7 @@ import torch
 
 from bench.cpu.common import interleaved, median
 from bench.gpu.gpu_device import memory_gib, random_prompts, reset_peak_memory
-from models.expert_counter import ExpertCounter
+from models.instruments.expert_counter import ExpertCounter
 
 FORWARD_COLUMNS = [
     "batch",

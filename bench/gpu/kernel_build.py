@@ -1,6 +1,6 @@
 """Compile the repository's Triton kernels for a GPU ahead of time, on any machine: no GPU and no driver needed.
 
-Why: the fused MoE experts (`models.fused_moe`) and the fused sampler draw (`samplers.triton_draw`) run on CUDA
+Why: the fused MoE experts (`models.kernels.fused_moe`) and the fused sampler draw (`samplers.triton_draw`) run on CUDA
 only, and the tests run them in Triton's interpreter, which checks their arithmetic but never compiles them. A
 kernel that the compiler rejects for Hopper, or whose tiles need more shared memory or registers than an SM has,
 would first show on a lent GPU, inside its few minutes. Here each launch the code makes at the released model's
@@ -95,7 +95,7 @@ def _declared(kernel) -> set[str]:
 
 def released_launches(batches: tuple[int, ...] = (1, 32)) -> list[Launch]:
     """Every launch of the two kernels for one layer's experts and one step's draw at the released shapes."""
-    from models import fused_moe
+    from models.kernels import fused_moe
     from samplers import triton_draw
 
     if fused_moe.triton is None:

@@ -1,4 +1,5 @@
-"""One MoE layer's experts, transformers' `grouped_mm` vs `models.fused_moe` (`model.experts=triton`), side by side.
+"""One MoE layer's experts, transformers' `grouped_mm` vs `models.kernels.fused_moe` (`model.experts=triton`), side by
+side.
 
 `bench.gpu.gpu_check`'s `experts` phase: at the model's shapes (the released ones on a GPU: 128 experts top-8,
 hidden 2,816, expert FFN 704) and B canvases of tokens, layer 0's experts run on the same states and routing
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from bench.cpu.common import interleaved, median
-from models import fused_moe
+from models.kernels import fused_moe
 
 COLUMNS = ["batch", "pairs", "grouped_mm_ms", "triton_ms", "speedup", "max_rel_diff"]
 

@@ -117,7 +117,7 @@ def op_cost(rec: dict, shapes: Shapes, context: int, wmap: dict[int, int], cmaps
         cost["flops"] = 2.0 * _numel(a) * b[-1]
     elif kind == "gmm" and len(mats) >= 2:
         cost["flops"] = 2.0 * _numel(mats[0]) * mats[1][-1]
-    elif kind == "moe":  # models.fused_moe: each output row is one pair through its expert's (E, N, K) weight
+    elif kind == "moe":  # models.kernels.fused_moe: each output row is one pair through its expert's (E, N, K) weight
         w = next(s for s, _, role, _ in ins if role == "x")
         cost["flops"] = 2.0 * outs[0][0][0] * w[-2] * w[-1]
     elif kind == "sdpa" and len(mats) >= 3:

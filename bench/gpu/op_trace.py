@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.gpu.fusion import fuse, totals
-from models import fused_moe
+from models.kernels import fused_moe
 
 NO_KERNEL = {
     "aten._unsafe_view.default",
@@ -97,7 +97,7 @@ def _kind(func) -> str:
         return "view"
     if "_grouped_mm" in name:
         return "gmm"
-    if name.startswith("dgemma.moe_"):  # models.fused_moe's kernels: grouped matmuls reading rows by index
+    if name.startswith("dgemma.moe_"):  # models.kernels.fused_moe's kernels: grouped matmuls reading rows by index
         return "moe"
     if "scaled_dot_product" in name:
         return "sdpa"

@@ -80,7 +80,7 @@ def whole_step_call(adapter, b: int, k: int = 0):
 def trace_whole_step(adapter, tracer: Tracer, b: int, k: int = 0, experts: str | None = None) -> dict[str, Any]:
     """One whole compiled step's graph function (with k commit entries folded in), run eagerly, its fused kernels
     marked (`bench.gpu.fusion`); `rows` counts the forward's entries (b + k), each a canvas of tokens. `experts`: the
-    MoE experts' implementation in the traced step (`models.fused_moe.CHOICES`; the prefill before it runs the
+    MoE experts' implementation in the traced step (`models.kernels.fused_moe.CHOICES`; the prefill before it runs the
     model's own, so the kernels need not run here: the tracer records their shapes)."""
     import harness.engine.step_graph
 
@@ -276,7 +276,7 @@ def build_profile(verbose: bool = False, compute: bool = False, twins: dict | No
     traces["sampler"] = {str(b): trace_sampler(adapter, tracer, b) for b in (1, 3)}
     traces["whole_step"] = {str(b): trace_whole_step(adapter, tracer, b) for b in (1, 2)}  # buckets: powers of 2
     traces["joint_step"] = {f"{b},{k}": trace_whole_step(adapter, tracer, b, k) for b, k in JOINT}
-    # the same graphs with `model.experts=triton` (models.fused_moe)
+    # the same graphs with `model.experts=triton` (models.kernels.fused_moe)
     traces["whole_step_tmoe"] = {str(b): trace_whole_step(adapter, tracer, b, experts="triton") for b in (1, 2)}
     traces["joint_step_tmoe"] = {f"{b},{k}": trace_whole_step(adapter, tracer, b, k, "triton") for b, k in JOINT}
     note("denoise")

@@ -6,11 +6,11 @@ Run:  python -m harness.train train=sudoku9_lora          # DiffusionGemma 26B o
 Then: python -m harness.run model=<base config> model.adapter=<out_dir> eval=...
 
 One code path for every scale: the base (`init_from`: hub id or local folder) loads in `dtype`, gets rank-r
-adapters on every linear layer and the MoE experts (`models.lora`: one adapter per weight shared by encoder
+adapters on every linear layer and the MoE experts (`models.loading.lora`: one adapter per weight shared by encoder
 and decoder), and only those train: AdamW(`betas`, `adam_eps`, `weight_decay`), gradient clipping, linear
 warmup then cosine (`evals.sudoku.recipe.lr_at`), optional gradient checkpointing and bf16 autocast.
 Examples come from a `quizzes,solutions` file rendered exactly as the eval renders prompts
-(`evals.sudoku.data`). DiffusionGemma's loss is `models.objectives.block_diffusion_loss` (uniform-state noise,
+(`evals.sudoku.data`). DiffusionGemma's loss is `models.training.objectives.block_diffusion_loss` (uniform-state noise,
 one canvas per example, self-conditioning, + `encoder_loss_weight` x the encoder's next-token loss); the AR
 baseline's is the next-token loss on the same prompt + response tokens (the diffusion recipe's encoder term).
 `out_dir` receives the adapter (peft folder), `train_log.csv` and `train_config.json`; `train_state.pt`
@@ -28,8 +28,8 @@ import torch
 from contract.paths import resolve_model_ref
 from evals.sudoku.data import Example, ExampleOrder, load_examples
 from evals.sudoku.recipe import Schedule, TrainConfig, TrainLog, autocast, objective, start_run
-from models.lora import attach_lora, lora_parameters, save_adapter
-from models.objectives import Batch, block_diffusion_loss, next_token_loss
+from models.loading.lora import attach_lora, lora_parameters, save_adapter
+from models.training.objectives import Batch, block_diffusion_loss, next_token_loss
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

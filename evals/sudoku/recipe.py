@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from contract.paths import register_path_resolver
 from evals.sudoku.data import DataSpec
-from models.lora import LoraSpec
-from models.objectives import DiffusionObjective
+from models.loading.lora import LoraSpec
+from models.training.objectives import DiffusionObjective
 
 
 @dataclass
@@ -178,7 +178,7 @@ def autocast(cfg: TrainConfig, device):
 
 
 def objective(cfg: TrainConfig) -> DiffusionObjective:
-    """The recipe's uniform-state objective (models.objectives; one definition for every trainer)."""
+    """The recipe's uniform-state objective (models.training.objectives; one definition for every trainer)."""
     return DiffusionObjective(
         t_min=cfg.t_min,
         t_max=cfg.t_max,

@@ -10,7 +10,7 @@ Run:  python -m harness.train                       # recipe conf/train/sudoku6_
 Config: conf/train.yaml (under the main config root: shares `paths` and `local` with the eval app) picks a
 recipe from conf/train/; any TrainConfig field can be overridden (`steps=100 model.hidden=64`).
 
-Diffusion objective: the uniform-state loss with self-conditioning of `models.objectives` (shared with the
+Diffusion objective: the uniform-state loss with self-conditioning of `models.training.objectives` (shared with the
 LoRA fine-tuning of `evals.sudoku.finetune`). AR objective: next-token cross-entropy on the answer tokens
 after the prompt. A recipe with `lora:` set fine-tunes adapters on `init_from` instead (`run` dispatches).
 """
@@ -44,7 +44,7 @@ from evals.sudoku.recipe import (
     start_run,
 )
 from evals.sudoku.stream import Curriculum, PuzzleStream
-from models.objectives import Batch, block_diffusion_loss
+from models.training.objectives import Batch, block_diffusion_loss
 
 # the recipe schema lives in evals.sudoku.recipe (shared with the LoRA trainer); importable from here as before
 __all__ = [

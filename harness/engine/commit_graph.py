@@ -12,7 +12,8 @@ What makes the shapes static:
   any layer reads them. A sliding layer's ring holds window - 1 + canvas slots, so those writes never reach a
   position the row's next canvas can see. Their hidden states are dropped, and the host records no write for them;
 - every layer attends over all slots of the committing rows (`SlotCache.causal_masks_at` from device tensors), read
-  once per layer as a gathered batch (`models.slot_cache.CanvasSlots`, counted in `bytes_gathered`); no other row's
+  once per layer as a gathered batch (`models.cache.slot_cache.CanvasSlots`, counted in `bytes_gathered`); no other
+  row's
   K/V is read or moved;
 - the encoder's layers run as transformers' `DiffusionGemmaEncoderTextModel.forward` does (embeddings, rotary,
   layers, final norm), with the cache and masks built in the graph.
@@ -27,8 +28,8 @@ from collections.abc import Callable
 import torch
 
 from harness.engine.step_graph import allow_graphs, replay
+from models.cache.slot_cache import bucket
 from models.diffusion_gemma import run_layers
-from models.slot_cache import bucket
 
 
 class WholeCommit:

@@ -11,7 +11,7 @@
      keeps the agreed prefix and the AR token after it: self-speculative / routed decoding,
      harness.engine.canvas_verify)
 
-Rows are the cache's slot rows (`models.slot_cache`): admitting, committing and releasing a row write only its
+Rows are the cache's slot rows (`models.cache.slot_cache`): admitting, committing and releasing a row write only its
 new K/V and move no other row's. A step computes rows 0 up to the highest one in flight; a freed row is
 refilled on the next step, so every computed row does useful work (`row_utilization` 1.0) whatever the spread
 of step counts. Once no request is left to refill them, the last rows are packed down into the freed rows
@@ -51,7 +51,7 @@ from harness.engine.canvas_verify import sampling_of, verify_canvases, wants_ver
 from harness.engine.lockstep import LockstepDecoding
 from harness.engine.rows import Batch, LogitsWorkspace, Row, StepRead, Stops
 from harness.engine.stable_stream import StableRuns, StableStream
-from models.slot_cache import bucket
+from models.cache.slot_cache import bucket
 from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.draw import StepDraw, draw_exact
@@ -382,7 +382,7 @@ class BlockDiffusionDecoder(LockstepDecoding):
         """The AR mode verifies the canvases of rows `at` (`harness.engine.canvas_verify`): each row emits its accepted
         prefix and the AR token after it, which it pins for its next canvas. Returns the positions each keeps."""
         # AR logits of at most a quarter of the batch at once (float32 plus their model-dtype source: <= 0.375 U),
-        # beside the 1 U logits workspace: within the 1.5 U of the memory plan (models.memory)
+        # beside the 1 U logits workspace: within the 1.5 U of the memory plan (models.planning.memory)
         group = max(1, len(rows) // 4)
         pins, seeds = [rows[i].pin for i in at], [rows[i].req.seed for i in at]
         how = sampling_of(self.sampler)

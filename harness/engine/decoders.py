@@ -1,34 +1,40 @@
 """Which decoder a built model gets: the one dispatch for every family, so runs, shards and the API agree.
 
-masked adapters -> `harness.engine.masked` (absorbing-state block diffusion); a `decoder=diffusers` sampler ->
-diffusers' DiffusionGemmaPipeline (`harness.engine.diffusers_decoder`); uniform-state block-diffusion adapters ->
-the continuous-batching engine (`harness.engine.decode`); AR decoders decode themselves (`models.ar_engine`).
-A sampler of one family on a model of another is refused here too (the runner refuses it before loading).
+The model's `kind` names its family (`contract.families`); the family names its engine (uniform-state block
+diffusion: `harness.engine.decode`; masked: `harness.engine.masked`; an alternative chosen by the sampler's
+`decoder`, e.g. diffusers' pipeline); every AR family: `harness.engine.ar`. A sampler of another family is refused
+here too (the runner refuses it before loading).
 """
 
 from __future__ import annotations
 
-from contract.decoding import DecoderKind
-from samplers.masked import MaskedSamplerConfig
+from hydra.utils import get_class
+
+from contract.families import MASKED, UNIFORM, Family, family_of
+
+GROUP_WORDS = {UNIFORM: "uniform-state", MASKED: "masked"}
+
+
+def sampler_group(sampler) -> str:
+    """The group a sampler config belongs to (its `family`; the uniform-state samplers declare none)."""
+    return getattr(sampler, "family", None) or UNIFORM
+
+
+def check_sampler_fits(family: Family, sampler) -> None:
+    if not family.takes_sampler or sampler is None:
+        return
+    name = getattr(sampler, "name", sampler)
+    if sampler_group(sampler) != family.sampler_group:
+        raise ValueError(
+            f"sampler={name}: a {GROUP_WORDS[sampler_group(sampler)]} sampler on a {family.kind} model; it takes "
+            f"{GROUP_WORDS[family.sampler_group]} samplers (its default: {family.default_sampler})"
+        )
 
 
 def decoder_for(model, sampler):
-    kind = getattr(model, "kind", None)
-    masked_sampler = isinstance(sampler, MaskedSamplerConfig)
-    if kind == DecoderKind.MASKED:
-        if not masked_sampler:
-            raise ValueError(f"sampler={sampler.name}: a uniform-state sampler on a masked model; use a masked sampler")
-        from harness.engine.masked import MaskedDiffusionDecoder
-
-        return MaskedDiffusionDecoder(model, sampler)
-    if masked_sampler:
-        raise ValueError(f"sampler={sampler.name}: a masked sampler needs a masked model (model.kind=masked)")
-    if getattr(sampler, "decoder", None) == "diffusers":
-        from harness.engine.diffusers_decoder import DiffusersDecoder
-
-        return DiffusersDecoder(model, sampler)
-    if kind == DecoderKind.DIFFUSION:
-        from harness.engine.decode import BlockDiffusionDecoder
-
-        return BlockDiffusionDecoder(model, sampler)
-    return model
+    family = family_of(getattr(model, "kind", "ar"))
+    check_sampler_fits(family, sampler)
+    engine = (
+        family.engines.get(getattr(sampler, "decoder", None), family.engine) if family.takes_sampler else family.engine
+    )
+    return get_class(engine)(model, sampler if family.takes_sampler else None)

@@ -5,7 +5,7 @@ computed but frozen, and the batch commits together, as `generate()` does; so a 
 (tests/test_decode_parity.py). `harness.engine.decode.BlockDiffusionDecoder` mixes this in and takes this path for
 `random_stream=reference`; its continuous-batching path is everything else. The contexts are the model's
 `prefill_whole` state: the whole prompt in one forward into transformers' own cache, as `generate()` keeps it
-(`models.reference_context`), so the logits are `generate()`'s bit for bit past one canvas and past the window.
+(`models.cache.reference_context`), so the logits are `generate()`'s bit for bit past one canvas and past the window.
 """
 
 from __future__ import annotations

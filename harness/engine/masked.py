@@ -9,7 +9,7 @@
     retire  rows whose sequence ended (EOS, stop string, length) leave; their rows are refilled next step
     (pack: nothing; a step runs only the busy rows, whose cached K/V it reads by row)
 
-A row's blocks follow the model's layout (`models.masked_checks.DecodeLayout`). `block_origin: absolute`
+A row's blocks follow the model's layout (`models.loading.masked_checks.DecodeLayout`). `block_origin: absolute`
 (LLaDA2Pipeline's): aligned at position 0 (the prompt included), `ceil((prompt + max_new_tokens) / L)` of them,
 positions past prompt + max_new_tokens decoded, never returned, and attended or hidden by the model's `tail` rule.
 The sampler owns the block's rule (its fill schedule, when a block ends, where EOS is checked): with
@@ -43,7 +43,7 @@ from contract.decoding import DecoderKind
 from contract.records import GenerationRequest, GenerationResult, check_request
 from contract.text import cut_at_stop
 from harness.engine import loop
-from models.masked_checks import ANSWER_BLOCK, DecodeLayout
+from models.loading.masked_checks import ANSWER_BLOCK, DecodeLayout
 from models.masked_diffusion import BlockQuery
 from samplers import streams
 from samplers.masked import (

@@ -4,7 +4,8 @@ the loop carries from step to step: the rows by slot row of the shared cache, th
 history, the logits workspace), the model's cache state, and what the next step owes (masks to rebuild, commits to
 fold).
 
-Row i of every buffer is slot row i of the cache (`models.slot_cache`): admitting, committing, packing and releasing
+Row i of every buffer is slot row i of the cache (`models.cache.slot_cache`): admitting, committing, packing and
+releasing
 a row touch only that row's entries."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ What makes the shapes static:
 - rows are padded up to a power-of-two bucket (`bucket`): padding rows are free rows (length 0, no
   self-conditioning, keys 0) whose results nobody reads, as the free rows of an eager step are;
 - the sliding layers attend their whole ring, the full layers the first `span` slots of the preallocated cache
-  (`models.slot_cache`), with masks built in the graph from the rows' lengths. The span follows the longest row
+  (`models.cache.slot_cache`), with masks built in the graph from the rows' lengths. The span follows the longest row
   (rounded up to `SPAN_QUANTUM`) as a dynamic size, so one graph serves every span below the capacity (a second,
   at the capacity, where the slice is contiguous) and what a run reserves ahead costs no attention;
 - self-conditioning runs for every row and a per-row flag selects it (`torch.where`), instead of a host list;
@@ -24,7 +24,7 @@ as k more batch entries of the same forward, so the expert weights are read once
 re-reads them: ~24 GB per event at the released shapes). The k entries are padded to a bucket: a padding entry
 re-encodes pad tokens right after its row's canvas, slots past the row's highest position that no mask shows and
 its next commit rewrites first. A committing row's canvas starts after the canvas it commits; at layer l it sees
-that canvas's K/V of layer l, written by the same layer call (`models.slot_attention.JointMask`). A sliding layer
+that canvas's K/V of layer l, written by the same layer call (`models.cache.slot_attention.JointMask`). A sliding layer
 then holds window - 1 + 2C slots (`DiffusionGemmaAdapter.open`). A graph per (bucket, commit bucket, capacity).
 
 Numerics: transformers' op order as in eager `denoise` + `sampler_step`; the wider attention span (masked
@@ -38,8 +38,8 @@ from collections.abc import Callable
 
 import torch
 
-from models.slot_attention import JointMask
-from models.slot_cache import bucket
+from models.cache.slot_attention import JointMask
+from models.cache.slot_cache import bucket
 from samplers import streams
 from samplers.config import SamplerConfig
 from samplers.sampler_step import StepOutput, graph_sampling, processed_logits, sampler_step

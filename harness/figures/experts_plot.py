@@ -1,4 +1,4 @@
-"""Per-layer MoE expert activation figure from the runs' `experts_per_forward` (models/expert_counter.py).
+"""Per-layer MoE expert activation figure from the runs' `experts_per_forward` (models/instruments/expert_counter.py).
 
     python -m harness.figures.experts_plot RUN_OR_SWEEP_DIR... [--out DIR]
 

@@ -8,21 +8,22 @@ config values (bd3lms-style), which is also what makes re-running a config resum
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib.util
 import json
 import os
 import re
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
+from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from contract.decoding import DecoderKind
+from contract.families import Family, family_of, family_of_target
 from contract.paths import register_path_resolver, resolve_model_ref
+from harness.engine.decoders import check_sampler_fits, sampler_group
 from samplers.config import VERIFY_KNOBS, ConfidenceThresholdConfig, ConfidenceTopKConfig, EntropyBoundConfig
 from samplers.diffusers_config import DIFFUSERS_SAMPLERS
 from samplers.knobs import changed_knobs, run_name_part
@@ -49,67 +50,16 @@ def register_configs() -> None:
 
 
 def model_kind(model: DictConfig) -> DecoderKind:
-    """The kind of decoder a model config builds, read from its class's `kind` (never from names).
-
-    The run-dir name needs it while Hydra composes the config, before any check ran; importing the class would
-    import torch and transformers (about 5 s), so the `kind = DecoderKind.X` line is read from the class's source
-    (`declared_kind`) and the class is imported only where that reading cannot tell (a computed value, several
-    bases). tests/test_fast_fail.py checks that both ways agree for every model config shipped."""
+    """The kind of decoder a model config builds: the family registry's answer for a class it names (no import, so
+    composing stays torch-free), else the class's own `kind` (imported; a class of the user's own)."""
     target = model.get("_target_")
     if not target:
         raise ValueError("model._target_: missing (the adapter or decoder class to build)")
-    module = str(target).rpartition(".")[0]
-    kind = None if module in sys.modules else declared_kind(str(target))  # imported already: ask the class
-    if kind is None:
-        from hydra.utils import get_class
+    if family := family_of_target(str(target)):
+        return family.kind
+    from hydra.utils import get_class
 
-        kind = getattr(get_class(str(target)), "kind", DecoderKind.AR)
-    return DecoderKind(kind)
-
-
-def declared_kind(target: str, depth: int = 0) -> DecoderKind | None:
-    """`kind` of the class `target` ("pkg.module.Class") as its source declares it, without importing the module:
-    a class-body `kind = DecoderKind.X` (chained assignments too), else inherited from its one base class (in the
-    same module or imported by name), else `DecoderKind.AR` for a class with no base. None: not readable so."""
-    module, _, name = target.rpartition(".")
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if depth > 8 or spec is None or not str(spec.origin).endswith(".py"):
-        return None
-    tree = ast.parse(Path(str(spec.origin)).read_text(encoding="utf-8"))
-    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
-    if cls is None or cls.keywords or cls.decorator_list:  # a metaclass or decorator may set it: let Python say
-        return None
-    for stmt in reversed(cls.body):  # the last binding wins
-        if _assigns(stmt, "kind"):
-            value = getattr(stmt, "value", None)  # None for a def or a bare annotation
-            named = isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
-            ok = named and value.value.id == "DecoderKind" and value.attr in DecoderKind.__members__
-            return DecoderKind[value.attr] if ok else None
-    if not cls.bases:
-        return DecoderKind.AR
-    if len(cls.bases) > 1 or not isinstance(cls.bases[0], ast.Name):
-        return None
-    base = cls.bases[0].id
-    if any(isinstance(n, ast.ClassDef) and n.name == base for n in tree.body):
-        return declared_kind(f"{module}.{base}", depth + 1)
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            for alias in node.names:
-                if (alias.asname or alias.name) == base:
-                    return declared_kind(f"{node.module}.{alias.name}", depth + 1)
-    return None
-
-
-def _assigns(stmt: ast.stmt, attr: str) -> bool:
-    """Whether a class-body statement binds `attr` (`attr = ...`, `a = attr = ...`, `attr: T [= ...]`, a def)."""
-    if isinstance(stmt, ast.Assign):
-        return any(isinstance(t, ast.Name) and t.id == attr for t in stmt.targets)
-    if isinstance(stmt, ast.AnnAssign):
-        return isinstance(stmt.target, ast.Name) and stmt.target.id == attr
-    return isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == attr
+    return DecoderKind(getattr(get_class(str(target)), "kind", DecoderKind.AR))
 
 
 def run_name(
@@ -133,7 +83,7 @@ def run_name(
         for k in VERIFY_KNOBS:
             s.pop(k, None)
     parts = [str(m.get("name", "model")) + (f"+lora-{Path(str(m['adapter'])).name}" if m.get("adapter") else "")]
-    if model_kind(model) in (DecoderKind.DIFFUSION, DecoderKind.MASKED):
+    if family_of(model_kind(model)).takes_sampler:
         cls = SAMPLERS.get(str(s.get("name")))
         defaults = asdict(cls()) if cls else {}
         knobs = [run_name_part(k, v) for k, v in changed_knobs(s, defaults).items()]
@@ -233,7 +183,7 @@ def check_model_path(model: DictConfig) -> None:
     except FileNotFoundError as e:
         raise ValueError(f"{e}{hint}") from None
     adapter = model.get("adapter")
-    if adapter:  # a LoRA adapter folder (models.lora), checked before the base loads
+    if adapter:  # a LoRA adapter folder (models.loading.lora), checked before the base loads
         try:
             folder = Path(resolve_model_ref(str(adapter), "model.adapter"))
         except FileNotFoundError as e:
@@ -281,13 +231,9 @@ def check_decoder(cfg: DictConfig, sampler) -> None:
         raise ValueError(f"sampler={sampler.name} decodes on decoder={wants}, but decoder={name}: {fix}")
     if name != "diffusers":
         return
-    from hydra.utils import get_class
-
-    from models.diffusion_gemma import DiffusionGemmaAdapter
-
-    target = str(cfg.model.get("_target_"))
-    if not issubclass(get_class(target), DiffusionGemmaAdapter):
-        raise ValueError(f"model._target_: decoder=diffusers decodes a DiffusionGemmaAdapter model, got {target}")
+    family, target = family_of(model_kind(cfg.model)), cfg.model.get("_target_")
+    if name not in family.engines:
+        raise ValueError(f"model._target_: decoder=diffusers has no engine for a {family.kind} model ({target})")
     if cfg.model.get("compile"):
         raise ValueError(f"model.compile: decoder=diffusers runs the model uncompiled, got {cfg.model.compile!r}")
     if importlib.util.find_spec("diffusers") is None:
@@ -295,20 +241,26 @@ def check_decoder(cfg: DictConfig, sampler) -> None:
 
 
 def check_family(model: DictConfig, sampler: DictConfig) -> None:
-    """Masked samplers go with masked models and uniform-state ones with the others; a masked model needs a mask
-    id and a block length (the yaml's, or for a local checkpoint its config / tokenizer files), and a sampler
-    block length must divide the model's. Reads no weights."""
-    kind, masked_sampler = model_kind(model), sampler.get("family") == "masked"
-    if kind == DecoderKind.MASKED and not masked_sampler:
-        raise ValueError(
-            f"sampler={sampler.get('name')}: a uniform-state sampler on a masked model ({model.get('name')}); "
-            f"use one of {sorted(MASKED_SAMPLERS)}"
-        )
-    if kind != DecoderKind.MASKED and masked_sampler:
-        raise ValueError(f"sampler={sampler.get('name')}: a masked sampler needs a masked model (model.kind=masked)")
-    if kind != DecoderKind.MASKED:
-        return
-    from models.masked_checks import DecodeLayout, check_masked_model
+    """The sampler must be one of the model's family's (`contract.families`), then the family's own checks run
+    (`Family.config_check`). Reads no weights."""
+    family = family_of(model_kind(model))
+    try:
+        check_sampler_fits(family, sampler)
+    except ValueError as e:
+        raise ValueError(f"{e}; {model.get('name')}'s family: {sorted(samplers_of(family))}") from None
+    if family.config_check:
+        get_method(family.config_check)(model, sampler)
+
+
+def samplers_of(family: Family) -> list[str]:
+    """The sampler names a family takes (the listing in errors and the API)."""
+    return [n for n, cls in SAMPLERS.items() if family.takes_sampler and sampler_group(cls) == family.sampler_group]
+
+
+def check_masked_config(model: DictConfig, sampler: DictConfig) -> None:
+    """A masked model needs a mask id and a block length (the yaml's, or for a local checkpoint its config /
+    tokenizer files), a valid decode layout, and a sampler block length that divides the model's."""
+    from models.loading.masked_checks import DecodeLayout, check_masked_model
 
     attention, context = str(model.get("attention")), str(model.get("context"))
     layout = DecodeLayout(**{k: model[k] for k in ("canvas", "block_origin", "schedule", "confidence") if k in model})

@@ -1,4 +1,5 @@
-"""The AR engine: continuous batching for AR, AR + draft and AR + MTP on per-row KV slots (`models.slot_cache`).
+"""The AR families' engine: AR, AR + draft / MTP and a diffusion checkpoint's own AR mode, on the shared
+continuous-batching loop (`harness.engine.loop`) and per-row KV slots (`models.cache.slot_cache`).
 
     admit queued requests into free rows (prefill, in chunks; plain AR takes each row's first token from it)
     -> every step, for every row in flight: [draft k tokens] -> one target forward over the row's last token
@@ -12,8 +13,9 @@ utilisation recorded, sampled tokens from counter-based streams keyed by (seed, 
 do not depend on its batch (`samplers.token_draw`). Rejected draft positions are rolled back by starting the
 row's next write earlier: no K/V is copied.
 
-The drafters (an ordinary draft model, Gemma 4's MTP assistant) are in `models.drafters`; the target model
-wrapper in `models.causal_lm`.
+The model adapters (`models.ar`, `models.same_weights_ar`) load the target, its tokenizer and drafter;
+`ARFamilyDecoder` is the decoder the family registry builds around one (`contract.families`). The drafters (an
+ordinary draft model, Gemma 4's MTP assistant) are in `models.drafters`; the target wrapper in `models.causal_lm`.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Any
 
 import torch
 
-from contract.records import GenerationRequest, GenerationResult, check_request
-from contract.text import cut_at_stop
+from contract.records import GenerationRequest, GenerationResult, check_request, check_requests
+from contract.text import Prompt, cut_at_stop
+from harness.engine import loop
+from models.cache.slot_cache import SlotCache
 from models.causal_lm import PREFILL_CHUNK, CausalLM
 from models.drafters import Drafter
-from models.slot_cache import SlotCache
 from samplers import streams
 from samplers.token_draw import TokenSampling, pick, verify
 
@@ -53,6 +57,39 @@ class _Seq:
 
     def last(self) -> int:
         return self.tokens[-1] if self.tokens else self.req.prompt_ids[-1]
+
+
+@dataclass
+class _Batch:
+    """The AR families' batch state in the loop: one `_Seq` per row in flight, the target's KV slots (made at the
+    first admission) and the run's counters."""
+
+    slots: list[_Seq | None]
+    drafted_at_start: int = 0
+    cache: SlotCache | None = None
+    hidden: torch.Tensor | None = None  # the target's hidden state per row (where an MTP drafter starts)
+    first: Iterator[GenerationRequest] = field(default_factory=lambda: iter(()))  # the requests that sized it
+    exhausted: bool = False
+    ended: list[_Seq] = field(default_factory=list)  # rows that ended at their prefill, retired this step
+    steps: int = 0
+    rows_computed: int = 0
+    rows_busy: int = 0
+    prefill_forwards: int = 0
+
+    def busy(self) -> list[int]:
+        return [r for r, s in enumerate(self.slots) if s is not None]
+
+    def stats(self, drafted: int) -> dict[str, float]:
+        cache = self.cache
+        return {
+            "steps": self.steps,
+            "row_utilization": self.rows_busy / self.rows_computed if self.rows_computed else 1.0,
+            "prefill_forwards": self.prefill_forwards,
+            "draft_forwards": drafted - self.drafted_at_start,
+            "kv_bytes_written": cache.bytes_written if cache else 0,
+            "kv_bytes_moved": cache.bytes_moved if cache else 0,
+            "kv_bytes_gathered": cache.bytes_gathered if cache else 0,
+        }
 
 
 class AREngine:
@@ -83,74 +120,87 @@ class AREngine:
 
     @torch.inference_mode()
     def stream(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
-        """Decode with at most `batch_size` rows in flight; yield each result the moment it finishes."""
+        """Decode with at most `batch_size` rows in flight; yield each result the moment it finishes
+        (`harness.engine.loop.run` over the steps below)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        queue = iter(requests)
-        first = list(islice(queue, batch_size))
-        if not first:
+        batch = _Batch([None] * batch_size, drafted_at_start=self._drafted())
+        yield from loop.run(self, batch, requests, batch_size)
+        self.stats = batch.stats(self._drafted())
+
+    # --- the loop's named steps -----------------------------------------------------------------------
+    def admit(self, batch: _Batch, queue: Iterator[GenerationRequest], batch_size: int) -> None:
+        """Queued requests take the free rows and are prefilled; the KV slots are sized by the first requests
+        (they grow if a later one needs more)."""
+        if batch.exhausted:
             return
-        t = self.target
-        capacity = max(len(r.prompt_ids) + r.max_new_tokens + self.k + 1 for r in first)  # grows if needed
-        cache = t.new_cache(batch_size, capacity, PREFILL_CHUNK)
-        if self.drafter is not None:
-            self.drafter.open(batch_size, capacity, self.k)
-        pending = iter(first + [None])  # None: the first batch is used up, read on from the queue
-        slots: list[_Seq | None] = [None] * batch_size
-        hidden = torch.zeros((batch_size, 1, t.text_config.hidden_size), dtype=t.dtype, device=t.device)
-        exhausted = False
-        self.prefill_forwards = steps = rows_computed = rows_busy = 0
-        drafted_at_start = self._drafted()
-        while True:
-            t0 = time.perf_counter()
-            free = [r for r in range(batch_size) if slots[r] is None]
-            new: list[_Seq] = []
-            for r in free if not exhausted else []:
-                req = next(pending, None) or next(queue, None)
-                if req is None:
-                    exhausted = True
-                    break
-                check_request(req)
-                res = GenerationResult(req.sample_id, [], "", 0, prompt_tokens=len(req.prompt_ids))
-                slots[r] = _Seq(req, res, time.perf_counter(), r)
-                new.append(slots[r])
-            if new and self.drafter is None:  # the prefill forward yielded the new rows' first tokens
-                rows_computed, rows_busy = rows_computed + len(new), rows_busy + len(new)
-            for s in self._prefill(cache, new) if new else []:  # plain AR: a row may end on its first token
-                slots[s.row] = None
-                s.result.wall_time_s += time.perf_counter() - t0
-                yield self._finish(s, time.perf_counter())
-            active = [s for s in slots if s is not None]
-            if not active:
-                self.stats = {
-                    "steps": steps,
-                    "row_utilization": rows_busy / rows_computed if rows_computed else 1.0,
-                    "prefill_forwards": self.prefill_forwards,
-                    "draft_forwards": self._drafted() - drafted_at_start,
-                    "kv_bytes_written": cache.bytes_written,
-                    "kv_bytes_moved": cache.bytes_moved,
-                    "kv_bytes_gathered": cache.bytes_gathered,
-                }
+        if batch.cache is None:
+            first = list(islice(queue, batch_size))
+            if not first:
+                batch.exhausted = True
                 return
-            b = max(s.row for s in active) + 1  # the rows a step may run (0..b-1)
-            finished, computed = self._step(cache, active, b, hidden)
-            steps, rows_computed, rows_busy = steps + 1, rows_computed + computed, rows_busy + len(active)
-            now = time.perf_counter()
-            for s in active:
-                s.result.wall_time_s += (now - t0) / len(active)
-            for s in finished:
-                slots[s.row] = None
-                yield self._finish(s, now)
+            batch.first = iter(first)
+            capacity = max(len(r.prompt_ids) + r.max_new_tokens + self.k + 1 for r in first)
+            batch.cache = self.target.new_cache(batch_size, capacity, PREFILL_CHUNK)
+            if self.drafter is not None:
+                self.drafter.open(batch_size, capacity, self.k)
+            hidden = self.target.text_config.hidden_size
+            batch.hidden = torch.zeros((batch_size, 1, hidden), dtype=self.target.dtype, device=self.target.device)
+        new = []
+        for r in [r for r, s in enumerate(batch.slots) if s is None]:
+            req = next(batch.first, None) or next(queue, None)
+            if req is None:
+                batch.exhausted = True
+                break
+            check_request(req)
+            res = GenerationResult(req.sample_id, [], "", 0, prompt_tokens=len(req.prompt_ids))
+            batch.slots[r] = _Seq(req, res, time.perf_counter(), r)
+            new.append(batch.slots[r])
+        if new and self.drafter is None:  # the prefill forward yielded the new rows' first tokens
+            batch.rows_computed, batch.rows_busy = batch.rows_computed + len(new), batch.rows_busy + len(new)
+        if new:
+            batch.ended += self._prefill(batch, new)  # plain AR: a row may end on its first token
+
+    def pack(self, batch: _Batch) -> None:
+        """Nothing to move: a step over sparse rows reads them as a gathered batch instead (`_step`)."""
+
+    def step(self, batch: _Batch, busy: list[int]) -> list[_Seq]:
+        """One target forward over the rows still running; the rows it finished."""
+        ended = {s.row for s in batch.ended}
+        active = [batch.slots[r] for r in busy if r not in ended]
+        if not active:
+            return []
+        b = max(s.row for s in active) + 1  # the rows a step may run (0..b-1)
+        finished, computed = self._step(batch.cache, active, b, batch.hidden)
+        batch.steps, batch.rows_computed = batch.steps + 1, batch.rows_computed + computed
+        batch.rows_busy += len(active)
+        return finished
+
+    def commit(self, batch: _Batch, busy: list[int], finished: list[_Seq]) -> list[int]:
+        """The rows that leave: those that ended at their prefill and those this step finished."""
+        leaving = [s.row for s in batch.ended + finished]
+        batch.ended = []
+        return leaving
+
+    def retire(
+        self, batch: _Batch, busy: list[int], leaving: list[int], t0: float, read: list[_Seq]
+    ) -> Iterator[GenerationResult]:
+        now = time.perf_counter()
+        for r in busy:
+            batch.slots[r].result.wall_time_s += (now - t0) / len(busy)
+        for r in leaving:
+            s, batch.slots[r] = batch.slots[r], None
+            yield self._finish(s, now)
 
     # --- admission and one step ---------------------------------------------------------------------------
-    def _prefill(self, cache: SlotCache, seqs: list[_Seq]) -> list[_Seq]:
+    def _prefill(self, batch: _Batch, seqs: list[_Seq]) -> list[_Seq]:
         """Encode newly admitted prompts into their own rows, in chunks; return the rows already finished.
 
         Plain AR encodes the whole prompt and the forward holding a row's last prompt token yields its first
         new token: the row's first NFE, as the prefill is in transformers' `generate()`. With a drafter the
         last prompt token is left for the first step, whose forward verifies it together with the first drafts,
         as assisted generation's first verify does."""
-        t, dev = self.target, self.target.device
+        t, dev, cache = self.target, self.target.device, batch.cache
         rows = [s.row for s in seqs]
         cache.reset(rows)
         if self.drafter is not None:
@@ -168,7 +218,7 @@ class AREngine:
             n = max(len(q) for q in chunks)
             ids = torch.tensor([q + [0] * (n - len(q)) for q in chunks], dtype=torch.long, device=dev)
             h = t.forward(cache, [rows[i] for i in part], [lo] * len(part), ids, [len(q) for q in chunks])
-            self.prefill_forwards += 1
+            batch.prefill_forwards += 1
             for j, (i, q) in enumerate(zip(part, chunks, strict=True)):
                 if first_here and lo + len(q) == len(heads[i]):
                     last[i] = h[j, len(q) - 1]
@@ -279,3 +329,34 @@ class AREngine:
             per_step = res.accepted_per_step[0]
             res.extra.update({"tokens_per_verify": per_step, "accepted_drafts": sum(per_step) - len(per_step)})
         return res
+
+
+class ARFamilyDecoder:
+    """The `contract.decoding.Decoder` of every AR family: an adapter's target, tokenizer, EOS ids, sampling and
+    drafter (`new_drafter()`, None for plain AR) on an `AREngine`. AR families take no sampler: the token rule
+    (greedy or sampled, top-k / top-p) is the model config's."""
+
+    def __init__(self, model, sampler=None):
+        self.model, self.label, self.tokenizer = model, model.label, model.tokenizer
+        self.resumable = True  # every random number is keyed by (sample seed, position): batch-invariant
+        k = getattr(model, "num_draft_tokens", 0)
+        drafter = model.new_drafter()
+        self.engine = AREngine(
+            model.target, model.tokenizer, model.eos_ids, model.sampling, drafter, k if drafter else 0,
+            getattr(model, "schedule", "constant"),
+        )  # fmt: skip
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        return self.model.encode(prompt)
+
+    def describe(self) -> dict[str, Any]:
+        return self.model.describe()
+
+    def stream(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
+        return self.engine.stream(requests, batch_size)
+
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        """Decode a list together (one batch of all of them); results in request order."""
+        check_requests(requests)
+        out = {r.sample_id: r for r in self.stream(requests, batch_size=max(1, len(requests)))}
+        return [out[r.sample_id] for r in requests]

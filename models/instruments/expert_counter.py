@@ -227,13 +227,14 @@ def for_decoder(decoder: Any) -> ExpertCounter | None:
     from models.diffusion_gemma import DiffusionGemmaAdapter
     from models.diffusion_gemma_ar import DiffusionGemmaARDecoder
 
-    if isinstance(decoder, DiffusionGemmaARDecoder):
-        adapter, labels = decoder.adapter, {"prefill": PREFILL, "commit": AR}
-    elif isinstance(getattr(decoder, "model", None), DiffusionGemmaAdapter):
+    inner = getattr(decoder, "model", None)  # the adapter an engine decodes
+    if isinstance(inner, DiffusionGemmaARDecoder):
+        adapter, labels = inner.adapter, {"prefill": PREFILL, "commit": AR}
+    elif isinstance(inner, DiffusionGemmaAdapter):
         # a hybrid run's commit forward is `encode_canvas` (it also verifies): still the canvas's causal re-encode
-        adapter, labels = decoder.model, {"prefill": PREFILL, "commit": COMMIT, "encode_canvas": COMMIT}
-    elif isinstance(decoder, ARDecoder) and not isinstance(decoder, AssistedARDecoder):
-        counter = ExpertCounter(decoder.model)
+        adapter, labels = inner, {"prefill": PREFILL, "commit": COMMIT, "encode_canvas": COMMIT}
+    elif isinstance(inner, ARDecoder) and not isinstance(inner, AssistedARDecoder):
+        counter = ExpertCounter(inner.model)
         return counter if counter.active else counter.close()
     else:
         return None

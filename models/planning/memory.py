@@ -104,7 +104,7 @@ def _build_on_meta(config, auto_class: str = "causal_lm", trust_remote_code: boo
     """The model `config` describes, built on `meta` (no memory); remote code gets the 4.x names it imports."""
     import torch
 
-    from models import remote_compat
+    from models.compat import remote_compat
 
     if trust_remote_code:
         remote_compat.apply()
@@ -176,7 +176,7 @@ def kv_bytes_per_token(text_config, dtype_bytes: int) -> tuple[int, int, int | N
 
 
 def sliding_storage_tokens(window: int, context_tokens: int, canvas_length: int) -> int:
-    """Slots a sliding layer holds per row in the slot cache (`models.slot_cache`): a ring of `window - 1` plus
+    """Slots a sliding layer holds per row in the slot cache (`models.cache.slot_cache`): a ring of `window - 1` plus
     one chunk (the canvas, which prompts are encoded in as well), never more than the context and a chunk."""
     return min(context_tokens, window - 1) + canvas_length
 
@@ -238,7 +238,7 @@ def forward_activation_bytes(
         with the cache (the decoder's `append_to_cache`, the encoder's cache update), K/V repeated to all
         query heads (`repeat_kv`: eager, and SDPA whenever a mask is passed), the output and its transposed
         copy; eager also materialises B x heads x q x keys scores (`_score_bytes` each), SDPA does not.
-    `experts_implementation="triton"` (`models.fused_moe`) holds S x (moe_intermediate + hidden) model-dtype
+    `experts_implementation="triton"` (`models.kernels.fused_moe`) holds S x (moe_intermediate + hidden) model-dtype
     tensors, less than grouped_mm, so the bound covers it; `"batched_mm"` gathers a weight matrix per token-expert
     pair and is not covered.
     """
@@ -277,11 +277,11 @@ def forward_activation_bytes(
 # ---------------------------------------------------------------------------------------------- the estimate
 
 # C x V float32 rows on top of the B-scaled logits. The self-conditioning and the LM head run over all rows'
-# positions in blocks sized as a share of U (`models.logits_blocks`), inside logits_factor; what the draw holds
+# positions in blocks sized as a share of U (`models.kernels.logits_blocks`), inside logits_factor; what the draw holds
 # per block besides them peaks at about 0.6 rows (tests/test_memory.py, the whole engine at B=4): 2 rows cover it.
 ROW_LOGITS_BUFFERS = 2
 
-# The commit re-encodes a canvas into its rows' own slots (`models.slot_cache`): no copy of the cache is alive.
+# The commit re-encodes a canvas into its rows' own slots (`models.cache.slot_cache`): no copy of the cache is alive.
 # (A commit by more than a few scattered rows gathers their K/V one layer at a time: an activation, counted in
 # `forward_activation_bytes`.)
 COMMIT_KV_COPIES = 0.0
@@ -306,7 +306,7 @@ def estimate_decode_peak(
     - weights = parameters x dtype_bytes (`count_parameters`; pass `parameters` to skip the meta build);
     - kv_cache = `kv_cache_bytes`: the slot cache (full layers: context + C; sliding layers: a ring);
     - logits = logits_factor x U + ROW_LOGITS_BUFFERS x C x V x 4: the engine's float32 logits workspace (also
-      the self-conditioning input) plus its batch-wide extras (`models.logits_blocks`), which the engine
+      the self-conditioning input) plus its batch-wide extras (`models.kernels.logits_blocks`), which the engine
       bounds to 1.5 U in all.
       A draw that materialises full-size temporaries needs more: `draw_whole` (x - max, its clamp, exp) holds
       ~2 U more (pass 3); transformers' own forward, as in `generate()`, ~4 U;
@@ -319,7 +319,7 @@ def estimate_decode_peak(
     - commit: a canvas re-encoded into its rows' slots (`COMMIT_KV_COPIES` more caches alive: none).
     `attn_implementation="eager"` adds materialised attention scores (large for long prompts).
     `whole_step` (`model.compile=step`): a compiled step runs the power-of-two bucket of rows at or above the
-    batch (`models.slot_cache.bucket`; the padding rows are free rows it computes), so the cache, the logits
+    batch (`models.cache.slot_cache.bucket`; the padding rows are free rows it computes), so the cache, the logits
     and the activations are those of the bucket; its draw is `draw_whole` (pass logits_factor=3); a commit folds
     into its step, so a forward writes 2C positions per row (the cache's chunk: rings of window - 1 + 2C).
     """
@@ -331,7 +331,7 @@ def estimate_decode_peak(
     params = count_parameters(config) if parameters is None else parameters
     weights, b = params * dtype_bytes, batch_size
     if whole_step:
-        from models.slot_cache import bucket
+        from models.cache.slot_cache import bucket
 
         b = bucket(batch_size)
     row = c * tc.vocab_size * 4
@@ -372,7 +372,7 @@ def free_memory_bytes(device: str) -> int:
 
 def _estimator(config, context_tokens, canvas_length, dtype_bytes, estimate_kwargs):
     """b -> the estimate at batch b: `estimate_kwargs["peak"]` (default `estimate_decode_peak`; the masked family's
-    `models.masked_memory.estimate_masked_peak`, canvas = its block) with the parameters counted once."""
+    `models.planning.masked_memory.estimate_masked_peak`, canvas = its block) with the parameters counted once."""
     peak = estimate_kwargs.pop("peak", estimate_decode_peak)
     params = estimate_kwargs.pop("parameters", None)
     params = count_parameters(config) if params is None else params

@@ -15,7 +15,7 @@ plus the float32 softmax of one chunk. Where the caller's `out` is free scratch 
 LM head anyway) the probabilities are written into its storage and cost nothing; where the result can be
 written straight into `out` it costs nothing either. So in the decode engine the weight is read exactly
 once per step for each matmul at any batch size (see `denoise`), and the extra memory stays within the
-1.5 U that `models.memory` plans for (the workspace, 1 U, plus at most `budget_bytes`).
+1.5 U that `models.planning.memory` plans for (the workspace, 1 U, plus at most `budget_bytes`).
 
 Numerics are transformers' (softmax in float32 of the model-dtype logits, cast back to the weight dtype,
 matmul, times embed_scale); the softmax runs per position, so chunking does not change it. A matmul over
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 import torch
 
 # Extra memory a block may hold, as a fraction of U (one float32 B x C x V tensor of this call): with the
-# logits workspace (1 U) the step stays within the 1.5 U that models.memory plans for.
+# logits workspace (1 U) the step stays within the 1.5 U that models.planning.memory plans for.
 BUDGET_U = 0.5
 # The float32 softmax of the self-conditioning input runs in chunks of positions of at most this many bytes
 # (it only has to be big enough to amortise the op overhead; it does not change the number of weight reads).

@@ -213,7 +213,7 @@ def _check(x: torch.Tensor) -> None:
     if not available(x.device):
         raise RuntimeError(
             f"experts_implementation={NAME!r} needs Triton and a CUDA device (or TRITON_INTERPRET=1, set before "
-            f"models.fused_moe is imported, for tests); got a {x.device.type} tensor"
+            f"models.kernels.fused_moe is imported, for tests); got a {x.device.type} tensor"
         )
 
 

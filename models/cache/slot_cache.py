@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from models.slot_attention import ROWS
+from models.cache.slot_attention import ROWS
 
 # a forward over scattered rows attends them in place, one attention call per row, when the rows are few or each
 # brings many queries (a commit, an admission: the call's work dwarfs its launch); many rows of a few queries each
@@ -55,7 +55,7 @@ class SlotCache:
         if rows < 1 or capacity < 1 or max_chunk < 1:
             raise ValueError(f"rows, capacity and max_chunk must be >= 1, got {rows}, {capacity}, {max_chunk}")
         self.rows, self.max_chunk, self.dtype, self.device = rows, max_chunk, dtype, torch.device(device)
-        self.row_indexed = row_indexed  # the model attends through `models.slot_attention`: no row gathers
+        self.row_indexed = row_indexed  # the model attends through `models.cache.slot_attention`: no row gathers
         window = getattr(config, "sliding_window", None)
         # a config without layer types (Mistral / Ministral 3's) has one attention for all layers: its window's
         kinds = getattr(config, "layer_types", None)
@@ -222,7 +222,7 @@ class SlotCache:
     ) -> CanvasSlots:
         """The writes of a block of n positions after each row's context (rows 0..b-1, or slot rows `rows` (b,);
         `starts` (b,) on the device), as a cache object of pure tensor code that a compiled graph creates inside.
-        `whole`: the layers get the whole buffers back (a `models.slot_attention.JointMask` says who reads what);
+        `whole`: the layers get the whole buffers back (a `models.cache.slot_attention.JointMask` says who reads what);
         `spans[t]`: the first slots a layer of type t attends (default all)."""
         pos = starts[:, None] + torch.arange(n, device=starts.device)
         slots = {t: torch.remainder(pos, self.ring) if self.is_sliding_type(t) else pos for t in set(self.layer_types)}

@@ -2,7 +2,7 @@
 
 `generate()` encodes the whole prompt in one forward into a `DynamicCache`, whose sliding layers hand each forward
 the last `window - 1` context K/V in order, followed by the new ones; the denoiser concatenates its canvas after them.
-The slot cache (`models.slot_cache`) prefills in canvas-sized chunks and keeps a sliding layer's K/V in a ring, so
+The slot cache (`models.cache.slot_cache`) prefills in canvas-sized chunks and keeps a sliding layer's K/V in a ring, so
 past the window its softmax sums the same terms in another order and over more (masked) slots: logits that differ
 by rounding, and random weights turn that into other tokens. This state keeps transformers' order of operations
 (one prefill forward, the cache layout, the mask builders, the eager encoder), so the lockstep loop equals

@@ -20,7 +20,7 @@ ANSWER_BLOCK = "answer"  # model.block_length: the whole answer is one block (Dr
 # the adapter's own forward arguments: `forward_kwargs` may not set them
 OWN_KWARGS = {"input_ids", "attention_mask", "position_ids", "past_key_values", "use_cache"}
 OWN_KWARGS |= {"logits_to_keep", "num_logits_to_keep"}
-FALLBACK_NAMES = ("flash_attn",)  # packages with a pure-torch stand-in (models.remote_load.FALLBACKS)
+FALLBACK_NAMES = ("flash_attn",)  # packages with a pure-torch stand-in (models.loading.remote_load.FALLBACKS)
 # what to run where a package a model's code imports is missing
 INSTALL = {
     "einops": "pip install -r requirements.txt (einops==0.8.2)",

@@ -1,12 +1,12 @@
 """The masked family's peak-memory estimate (`batch_size=auto` for `harness.engine.masked`), from the model config
-alone, on the terms of `models.memory` (weights, K/V, logits, one layer's activations).
+alone, on the terms of `models.planning.memory` (weights, K/V, logits, one layer's activations).
 
 torch and transformers are imported lazily, inside the functions that need them.
 """
 
 from __future__ import annotations
 
-from models.memory import (
+from models.planning.memory import (
     MemoryEstimate,
     _build_on_meta,
     _layers,
@@ -23,7 +23,7 @@ MASKED_DRAW_FACTOR = {"greedy": 2.0, "sampled": 6.0}
 
 
 def row_cache_slots(first_need: int, need: int, step: int) -> int:
-    """Slots per row the masked engine's K/V buffers (`models.row_cache`) grow to: they start at the first step's
+    """Slots per row the masked engine's K/V buffers (`models.cache.row_cache`) grow to: they start at the first step's
     need (at least 64); as the need grows by `step` (a block) they double, or jump to the need, when it passes them."""
     cap = max(first_need, 64)
     for n in range(first_need, need + step, step):

@@ -2,8 +2,9 @@
 
 - Packages a model's code imports (`model.requires`) are checked before anything is downloaded: transformers reads
   a remote file's imports only after fetching it, and then names no install line. `model.torch_fallbacks` opts in
-  to a pure-torch stand-in where one is faithful (`models.flash_attn_torch`).
-- The remote model class is fitted for transformers 5 before it is built (`models.remote_compat.fit_remote_class`).
+  to a pure-torch stand-in where one is faithful (`models.compat.flash_attn_torch`).
+- The remote model class is fitted for transformers 5 before it is built
+(`models.compat.remote_compat.fit_remote_class`).
 - Non-persistent buffers are repaired after loading (`repair_buffers`): transformers 5 builds the model on the meta
   device, materialises such buffers with `torch.empty`, and refills them only through the model's `_init_weights`;
   classes written for 4.x set them in `__init__` (rotary `inv_freq`) and leave them out of `_init_weights`, so they
@@ -25,8 +26,8 @@ from typing import Any
 import torch
 
 from contract.text import default_eos_ids
-from models import flash_attn_torch, remote_compat
-from models.masked_checks import FALLBACK_NAMES
+from models.compat import flash_attn_torch, remote_compat
+from models.loading.masked_checks import FALLBACK_NAMES
 
 FALLBACKS = {"flash_attn": flash_attn_torch}  # package -> its pure-torch stand-in (module with `install()`)
 assert set(FALLBACKS) == set(FALLBACK_NAMES)  # the torch-free checks name the same stand-ins
@@ -51,7 +52,7 @@ def install_fallbacks(torch_fallbacks: list[str] | None) -> list[str]:
 
 def fit_remote_classes(path: str, auto_name: str, revision: str | None = None) -> None:
     """The remote config class and the model class `auto_name` names in the checkpoint's `auto_map`, fitted for
-    transformers 5 (`models.remote_compat`) before either is built. They are imported as the auto classes import
+    transformers 5 (`models.compat.remote_compat`) before either is built. They are imported as the auto classes import
     them (same module, same file hash), so the auto classes then build the fitted ones."""
     from transformers import PretrainedConfig
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
