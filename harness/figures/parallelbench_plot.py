@@ -54,3 +54,9 @@ def parallelbench_figure(table: pd.DataFrame) -> Figure | None:
     fig.supxlabel("TPF (valid output tokens / forward)")
     fig.supylabel("ParallelBench score")
     return fig
+
+
+def parallelbench_figures(table: pd.DataFrame) -> dict[str, Figure]:
+    """{"parallelbench": the figure} where the table holds ParallelBench runs, else {} (the sweep summary's form)."""
+    fig = parallelbench_figure(table)
+    return {} if fig is None else {"parallelbench": fig}
