@@ -35,6 +35,7 @@ from harness.analysis.families import format_families
 from harness.analysis.fronts import annotate_fronts
 from harness.analysis.hybrid import format_hybrid, hybrid_table
 from harness.analysis.lengths import format_lengths, length_crossovers, length_series
+from harness.analysis.parallelbench import pbx_table, per_task_scores
 from harness.analysis.scaling import crossovers, format_latency, format_scaling, scaling_series
 from harness.runner.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_run
 
@@ -259,6 +260,9 @@ def summarize(
     if (curve := steps_curve(table))["max_steps"].nunique() > 1:  # a curve needs two step caps at least
         curve.to_csv(Path(out_dir) / "steps_curve.csv", index=False)
         files.append(Path(out_dir) / "steps_curve.csv")
+    if not (pb := pbx_table(table)).empty:  # ParallelBench runs: PBx per strategy (harness.analysis.parallelbench)
+        pb.to_csv(Path(out_dir) / "parallelbench_pbx.csv", index=False)
+        files.append(Path(out_dir) / "parallelbench_pbx.csv")
     return table, fronts, files
 
 
@@ -368,6 +372,11 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     if not (lengths := length_series(table)).empty:
         print("\nSingle-user speed vs output length (batch 1; where diffusion beats each AR baseline):")
         print(format_lengths(lengths, length_crossovers(lengths)))
+    if not (pb := pbx_table(table)).empty:
+        print("\nParallelBench (PBx: the highest tokens-per-step with mean task score >= x%; PB* on their")
+        print("max_tokens/NFE, PB*_tpf on our TPF; harness.analysis.parallelbench), then each task's score [interval]:")
+        print(pb.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print(per_task_scores(table).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     if broken := table.attrs.get("broken"):
         print(f"\n{len(broken)} broken run(s), not in the table:")
         for run_dir, why in broken:

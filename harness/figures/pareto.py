@@ -40,6 +40,7 @@ from harness.analysis.scaling import crossovers, latency_figure, scaling_figure,
 from harness.figures.families_plot import families_figure
 from harness.figures.front_figure import MARKERS, X_AXES, pareto_figure
 from harness.figures.leaderboard import leaderboard_figures
+from harness.figures.parallelbench_plot import parallelbench_figures
 from harness.figures.pareto_html import pareto_html
 from harness.figures.plot_points import (
     KIND_NAMES,
@@ -267,7 +268,8 @@ def make_report(
                 report.files += save_figure(pareto_figure(g, x), out_dir, stem)
                 if html:
                     report.files.append(pareto_html(g, x, out_dir / f"{stem}.html"))
-    for stem, fig in leaderboard_figures(table).items():  # d3LLM leaderboard tasks: ours beside the published rows
+    # d3LLM leaderboard tasks: ours beside the published rows; ParallelBench: score vs TPF per task and family
+    for stem, fig in {**leaderboard_figures(table), **parallelbench_figures(table)}.items():
         report.files += save_figure(fig, out_dir, safe_stem(stem))
     series = scaling_series(table)  # one model at several batch sizes: throughput vs concurrency
     found = crossovers(series)

@@ -17,6 +17,7 @@ from contract.records import (
 )
 from contract.text import encode_prompt, sample_seed
 from evals.corrections import run_corrections, sample_corrections
+from evals.decode_order import run_decode_order, sample_decode_order
 from evals.diagnostics import run_diagnostics, sample_diagnostics
 
 
@@ -68,7 +69,8 @@ def run_items(ev, decoder, store, batch_size: int, seed: int, items: list | None
         it = todo[res.sample_id]
         row = {**res.to_dict(), "item_sha": shas[it.sample_id], "meta": it.meta, **ev.score(it, res.text)}
         right = right_tokens(ev, decoder, it) if res.trajectory else None
-        return {**row, **sample_diagnostics(row), **sample_corrections(res.trajectory, right)}
+        order = sample_decode_order(res.trajectory, row["num_tokens"])  # parallel or secretly left to right
+        return {**row, **sample_diagnostics(row), **sample_corrections(res.trajectory, right), **order}
 
     bar = tqdm(total=len(items), initial=len(items) - len(todo), desc=f"{ev.name} [{decoder.label}]", unit="sample")
     tokens = sum(r["num_tokens"] for r in done.values())
@@ -97,6 +99,7 @@ def items_metrics(ev, rows: list[dict[str, Any]], shas: dict[str, str]) -> dict[
         **decode_metrics(rows),
         **run_diagnostics(rows),
         **run_corrections(rows),
+        **run_decode_order(rows),
         **ev.summarize(rows),
         "items_sha": items_sha(list(shas.values())),
     }

@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from contract.families import family_of, records_sampler
+from evals.decode_order import ar_like_note
 from harness.runner.configs import model_kind
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def run_info(cfg: DictConfig, ev, sampler, label: str, info: dict, metrics: dict
 def log_summary(run_name: str, metrics: dict, run_dir) -> None:
     lo_hi = (f"{metrics[k]:.3f}" if metrics.get(k) is not None else "-" for k in ("tpf_lo", "tpf_hi"))
     log.info(
-        "%s: quality=%s tpf=%.3f [%s, %s] step-cap share %.3g nfe=%d tok/s=%.1f -> %s",
+        "%s: quality=%s tpf=%.3f [%s, %s] step-cap share %.3g nfe=%d tok/s=%.1f%s -> %s",
         run_name,
         metrics.get("quality"),
         metrics["tpf"],
@@ -69,5 +70,6 @@ def log_summary(run_name: str, metrics: dict, run_dir) -> None:
         metrics.get("step_cap_hit_rate", 0.0),
         metrics["nfe"],
         metrics["tokens_per_second"],
+        ar_like_note(metrics),  # evals.decode_order: decoding that is effectively left to right
         run_dir,
     )

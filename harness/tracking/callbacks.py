@@ -42,6 +42,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from harness.analysis.aggregate import find_run_dirs, print_summary
+        from harness.analysis.parallelbench import pbx_table
         from harness.figures.experts_plot import experts_figures
         from harness.figures.films import sweep_films
         from harness.figures.pareto import make_report
@@ -64,10 +65,14 @@ class SweepSummary(Callback):
         if experts_pngs or films:
             print(f"[sweep summary] wrote {len(experts_pngs)} expert-activation figures, {len(films)} film files")
         logger: RunLogger = instantiate(config.logger) if config.get("logger") else NoLogger()
+        tables = {"runs": report.table, "fronts": report.fronts, "steps": report.steps}
+        if not (pb := pbx_table(report.table)).empty:  # ParallelBench runs: PBx per strategy, and its figure
+            tables["parallelbench"] = pb
+        pb_pngs = [p for p in report.files if p.name == "parallelbench.png"]
         logger.log_sweep(
             self.group or sweep_dir.name,
-            {"runs": report.table, "fronts": report.fronts, "steps": report.steps},
-            report.pareto_pngs + [p for p in experts_pngs if p.suffix == ".png"],
+            tables,
+            report.pareto_pngs + pb_pngs + [p for p in experts_pngs if p.suffix == ".png"],
             str(out_dir),
             videos=films,  # GIF/MP4 films become W&B videos; other files are skipped
         )
