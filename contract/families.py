@@ -30,6 +30,7 @@ class Family:
     default_sampler: str | None
     decode_shape: str  # function: the positions a decode step holds, for the memory estimate
     config_check: str | None = None  # function(model cfg) run before loading, beyond the common checks
+    scorer: str | None = None  # function(adapter, LikelihoodConfig) -> its likelihood scorer (lm-eval's loglikelihood)
     engines: dict[str, str] = field(default_factory=dict)  # alternative engines, chosen by the `decoder` config
     labels: tuple[DecoderKind, ...] = ()  # series labels its runs may carry besides `kind`
 
@@ -53,6 +54,7 @@ FAMILIES: dict[DecoderKind, Family] = {
             sampler_group=UNIFORM,
             default_sampler="entropy_bound",
             decode_shape=f"{_SHAPES}.block_diffusion",
+            scorer="models.likelihood_uniform.DecisionReadScorer",  # a pseudo-likelihood: docs/likelihood.md
             labels=(DecoderKind.SELF_SPECULATIVE, DecoderKind.ROUTED),  # hybrid: the same weights' AR mode verifies
         ),
         Family(
@@ -63,6 +65,7 @@ FAMILIES: dict[DecoderKind, Family] = {
             sampler_group=MASKED,
             default_sampler="block_refinement",
             decode_shape=f"{_SHAPES}.masked",
+            scorer="models.likelihood_masked.MaskedELBOScorer",  # LLaDA's Monte-Carlo ELBO
             config_check="harness.runner.configs.check_masked_config",
         ),
         Family(
@@ -73,6 +76,7 @@ FAMILIES: dict[DecoderKind, Family] = {
             sampler_group=None,
             default_sampler=None,
             decode_shape=f"{_SHAPES}.autoregressive",
+            scorer="models.likelihood_ar.ar_scorer",  # exact, as lm-eval's HFLM
         ),
         Family(
             DecoderKind.AR_DRAFT,
@@ -82,6 +86,7 @@ FAMILIES: dict[DecoderKind, Family] = {
             sampler_group=None,
             default_sampler=None,
             decode_shape=f"{_SHAPES}.assisted",
+            scorer="models.likelihood_ar.ar_scorer",  # the target's exact log-likelihood (drafts change no score)
             labels=(DecoderKind.AR_MTP,),
         ),
         Family(

@@ -1,4 +1,4 @@
-"""Which likelihood scorer a model gets: the one choice per family (a family registry may take it over).
+"""Which likelihood scorer a model gets: its family's, as the registry (`contract.families`) names it.
 
 AR causal LMs -> the exact log-likelihood (`models.likelihood_ar`); masked diffusion adapters -> the Monte-Carlo ELBO
 (`models.likelihood_masked`); uniform-state block-diffusion adapters (DiffusionGemma) -> the decision read
@@ -8,10 +8,10 @@ decoders); the same-weights AR decoders are refused (their causal mode has no sc
 
 from __future__ import annotations
 
-from contract.decoding import DecoderKind
-from contract.scoring import LikelihoodConfig, Scorer
+from hydra.utils import get_method
 
-_AR = (DecoderKind.AR, DecoderKind.AR_MTP, DecoderKind.AR_DRAFT)
+from contract.families import family_of
+from contract.scoring import LikelihoodConfig, Scorer
 
 
 def _unwrap(decoder_or_model):
@@ -24,22 +24,12 @@ def _unwrap(decoder_or_model):
 
 
 def scorer_for(decoder_or_model, cfg: LikelihoodConfig | None = None) -> Scorer:
-    """The family's scorer for a built model or the decoder around it."""
-    cfg = cfg or LikelihoodConfig()
+    """The family's scorer (`Family.scorer` in `contract.families`) for a built model or the decoder around it."""
     model, kind = _unwrap(decoder_or_model)
-    if kind in _AR:
-        from models.likelihood_ar import ExactARScorer
-
-        return ExactARScorer(model.model, model.pad_id, cfg)
-    if kind == DecoderKind.MASKED:
-        from models.likelihood_masked import MaskedELBOScorer
-
-        return MaskedELBOScorer(model, cfg)
-    if kind == DecoderKind.DIFFUSION:
-        from models.likelihood_uniform import DecisionReadScorer
-
-        return DecisionReadScorer(model, cfg)
-    raise ValueError(
-        f"likelihood scoring: no scorer for {type(decoder_or_model).__name__} (kind {kind!r}); loglikelihood tasks run "
-        "on AR, masked (model.kind=masked) and uniform-state (DiffusionGemma) models"
-    )
+    family = family_of(str(kind)) if kind is not None else None
+    if family is None or family.scorer is None:
+        raise ValueError(
+            f"likelihood scoring: no scorer for {type(decoder_or_model).__name__} (kind {kind!r}); loglikelihood tasks "
+            "run on AR, masked (model.kind=masked) and uniform-state (DiffusionGemma) models"
+        )
+    return get_method(family.scorer)(model, cfg or LikelihoodConfig())

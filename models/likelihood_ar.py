@@ -61,3 +61,8 @@ class ExactARScorer:
                 )
             )
         return results
+
+
+def ar_scorer(adapter, cfg: LikelihoodConfig) -> ExactARScorer:
+    """The AR families' scorer (`contract.families`): the adapter's causal LM, its pad id."""
+    return ExactARScorer(adapter.model, adapter.pad_id, cfg)

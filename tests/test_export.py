@@ -114,8 +114,8 @@ def test_hf_eval_results_name_their_benchmark(sweep, tmp_path, capsys):
     assert "TPF 1" in entry["notes"] and "float32" in entry["notes"]
 
 
-def test_parallelbench_is_not_there_yet(sweep):
-    with pytest.raises(SystemExit, match="parallelbench: not yet"):
+def test_parallelbench_export_of_a_sweep_without_its_tasks_says_so(sweep):
+    with pytest.raises(SystemExit, match="parallelbench: no finished ParallelBench runs"):
         export(["parallelbench", str(sweep)])
 
 

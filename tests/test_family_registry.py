@@ -27,7 +27,7 @@ def test_every_entry_resolves(kind):
     for engine in (fam.engine, *fam.engines.values()):
         if engine is not None:
             get_class(engine)
-    for fn in (fam.decode_shape, fam.config_check):
+    for fn in (fam.decode_shape, fam.config_check, fam.scorer):
         if fn is not None:
             assert callable(get_method(fn)), fn
     if fam.takes_sampler:

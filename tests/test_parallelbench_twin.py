@@ -62,3 +62,8 @@ def test_twin_runs_end_to_end_with_pbx_scores_and_decode_order(tmp_path):
         assert ("mean_order_l2r" in m) == (m["run"]["label"] != "ar")
         rows = [json.loads(line) for line in (path.parent / "samples.jsonl").read_text().splitlines()]
         assert all(r["meta"]["reference"] is not None and "text" in r for r in rows)
+    from harness.export.__main__ import export  # the export command's parallelbench target on the same sweep
+
+    files = export(["parallelbench", str(sweep), "--out", str(tmp_path / "pb")])
+    boards = [json.loads(f.read_text()) for f in files if f.parent.name == "leaderboard"]
+    assert boards and all(b["thresholds"] == [80, 75, 70] for b in boards)

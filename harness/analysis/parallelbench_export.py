@@ -58,7 +58,10 @@ def figure_rows(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_leaderboard(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """The site's files for every model in the table under `out_dir/data/`, and `metadata_entry.json`."""
+    """The site's files for every model in the table under `out_dir/data/`, and `metadata_entry.json`; nothing
+    (an empty list) when the table holds no ParallelBench run."""
+    if not any(True for _ in _strategies(table)):
+        return []
     root = Path(out_dir) / "data"
     files: list[Path] = []
     for model, board in to_leaderboard_json(table).items():

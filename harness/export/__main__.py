@@ -27,8 +27,13 @@ def parser() -> argparse.ArgumentParser:
 def export(argv: list[str] | None = None) -> list[Path]:
     args = parser().parse_args(argv)
     out = Path(args.out) if args.out else Path(args.paths[0]) / "export" / args.format
-    if args.format == "parallelbench":
-        raise SystemExit("parallelbench: not yet; ParallelBench's tasks and scorer are not in the harness (its issue)")
+    if args.format == "parallelbench":  # the site's leaderboard files (harness.analysis.parallelbench_export)
+        from harness.analysis.parallelbench_export import export_parallelbench
+
+        files = export_parallelbench(args.paths, out)
+        if not files:
+            raise SystemExit(f"parallelbench: no finished ParallelBench runs under {', '.join(args.paths)}")
+        return files
     from harness.export.runs import load_records
 
     records, table = load_records(args.paths)
