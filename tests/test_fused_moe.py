@@ -219,7 +219,7 @@ def test_without_triton_models_load_and_the_option_is_refused():
     code = (
         "import sys\n"
         "sys.modules['triton'] = None\n"  # `import triton` raises ImportError
-        "from models import fused_moe\n"
+        "from models.kernels import fused_moe\n"
         "assert not fused_moe.available('cuda')\n"
         "assert fused_moe.loading_kwargs('grouped_mm', 'cuda') == {'experts_implementation': 'grouped_mm'}\n"
         "try:\n"

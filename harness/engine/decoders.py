@@ -32,9 +32,11 @@ def check_sampler_fits(family: Family, sampler) -> None:
 
 
 def decoder_for(model, sampler):
+    """The family's engine around a built model (an alternative one where the sampler names it: decoder=diffusers);
+    a family without samplers (AR) gets none, whatever the composed config holds."""
     family = family_of(getattr(model, "kind", "ar"))
+    if not family.takes_sampler:
+        return get_class(family.engine)(model, None)
     check_sampler_fits(family, sampler)
-    engine = (
-        family.engines.get(getattr(sampler, "decoder", None), family.engine) if family.takes_sampler else family.engine
-    )
-    return get_class(engine)(model, sampler if family.takes_sampler else None)
+    engine = family.engines.get(getattr(sampler, "decoder", None), family.engine)
+    return get_class(engine)(model, sampler)
