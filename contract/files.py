@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -54,3 +55,23 @@ def jsonl_objects(
                 "line)"
             )
         yield n, row
+
+
+T = TypeVar("T")
+
+
+def jsonl_rows_as(path: str | Path, convert: Callable[[int, dict], T], where: str) -> list[T]:
+    """`convert(line, row)` of every row of an existing, non-empty JSON Lines file; a missing file, an empty one
+    or a row `convert` refuses (ValueError) fails naming `<where> <path>[:<line>]`."""
+    p = Path(path).expanduser().resolve()
+    if not p.is_file():
+        raise FileNotFoundError(f"{where}: {p} not found")
+    out = []
+    for n, row in jsonl_objects(p, where=f"{where}: "):
+        try:
+            out.append(convert(n, row))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {p}:{n}: {exc}") from exc
+    if not out:
+        raise ValueError(f"{where}: {p} holds no rows")
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.files import jsonl_objects
+from contract.files import jsonl_rows_as
 
 TASKS = ("humaneval", "mbpp")
 HUB = {"humaneval": ("openai/openai_humaneval", None), "mbpp": ("google-research-datasets/mbpp", "full")}
@@ -40,18 +40,7 @@ def to_problem(task: str, row: dict) -> CodeProblem:
 
 
 def read_local(task: str, path: str | Path) -> list[CodeProblem]:
-    p = Path(path).expanduser().resolve()
-    if not p.is_file():
-        raise FileNotFoundError(f"eval.data_file: {p} not found")
-    out = []
-    for n, row in jsonl_objects(p, where="eval.data_file: "):
-        try:
-            out.append(to_problem(task, row))
-        except ValueError as exc:
-            raise ValueError(f"eval.data_file: {p}:{n}: {exc}") from exc
-    if not out:
-        raise ValueError(f"eval.data_file: {p} holds no rows")
-    return out
+    return jsonl_rows_as(path, lambda n, row: to_problem(task, row), "eval.data_file")
 
 
 def read_hub(task: str, repo: str) -> list[CodeProblem]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.files import jsonl_objects
+from contract.files import jsonl_rows_as
 from evals.math_reasoning.answers import gsm8k_reference, math_reference
 
 TASKS = ("gsm8k_cot", "math")
@@ -54,18 +54,7 @@ def to_problem(task: str, row: dict, fallback_id: str) -> MathProblem:
 
 def read_local(task: str, path: str | Path) -> list[MathProblem]:
     """Problems of a local .jsonl (hub schema); a bad row fails naming its file and line."""
-    p = Path(path).expanduser().resolve()
-    if not p.is_file():
-        raise FileNotFoundError(f"eval.data_file: {p} not found")
-    out = []
-    for n, row in jsonl_objects(p, where="eval.data_file: "):
-        try:
-            out.append(to_problem(task, row, f"{task}/{n}"))
-        except ValueError as exc:
-            raise ValueError(f"eval.data_file: {p}:{n}: {exc}") from exc
-    if not out:
-        raise ValueError(f"eval.data_file: {p} holds no rows")
-    return out
+    return jsonl_rows_as(path, lambda n, row: to_problem(task, row, f"{task}/{n}"), "eval.data_file")
 
 
 def read_hub(task: str, repo: str) -> list[MathProblem]:
