@@ -123,9 +123,9 @@ class MaskedDiffusionDecoder:
         return self.model.encode(prompt)
 
     def describe(self) -> dict:
-        knobs = self.sampler.knobs()
-        used = {"schedule": self.rule.schedule, "confidence": self.rule.confidence}
-        decode = {**self.layout.describe(), **used, "block_length": self.block_length}
+        knobs, used = self.sampler.knobs(), self.rule.knobs()  # the rule's: null schedule / confidence resolved
+        decode = {**self.layout.describe(), "block_length": self.block_length}
+        decode |= {k: used[k] for k in ("schedule", "confidence")}
         return {
             **self.model.describe(), "label": self.label, "sampler": knobs, "decode_block": self.block_length,
             "decode": decode,
