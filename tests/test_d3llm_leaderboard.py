@@ -68,7 +68,7 @@ def test_bad_protocol_fails_before_any_model_loads(tmp_path):
     [
         ("gsm8k_cot", "openai/gsm8k"),
         ("math", "EleutherAI/hendrycks_math"),
-        pytest.param("mbpp", "google-research-datasets/mbpp", marks=pytest.mark.sandbox),  # its eval checks bwrap
+        ("mbpp", "google-research-datasets/mbpp"),  # the hub check comes before the sandbox's (preflight)
     ],
 )
 def test_hub_data_is_checked_before_any_model_loads(task, repo, tmp_path):
