@@ -35,6 +35,7 @@ print(json.dumps({"params": params, "runs": out, "heavy": sorted(m for m in sys.
 """
 
 
+@pytest.mark.slow  # a Python subprocess that composes the 24 runs
 def test_composes_for_every_released_model_without_torch():
     proc = subprocess.run(
         [sys.executable, "-c", COMPOSE % (HEAVY,)], cwd=REPO, env=app_env(), capture_output=True, text=True, timeout=120
