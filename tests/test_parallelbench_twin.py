@@ -10,8 +10,8 @@ import json
 import pandas as pd
 import pytest
 
-from harness.tracking.wandb_offline import find_offline_runs, read_offline_run
 from tests.helpers.app import compose_app, run_app
+from tests.helpers.wandb_offline import find_offline_runs, read_offline_run
 
 
 @pytest.mark.slow  # 20 Hydra composes
