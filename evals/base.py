@@ -44,6 +44,12 @@ class Eval(ABC):
     def score(self, item: EvalItem, text: str) -> dict[str, Any]:
         """Per-sample scores; must include `correct` (float in [0, 1]), the default quality."""
 
+    def check_runtime(self) -> None:
+        """What scoring needs beyond the items (a sandbox to grade programs in): the run's preflight calls this before
+        any model loads, and it raises when that is missing. Building an eval needs none of it, so its prompts can be
+        formatted (and tested) on any machine. Default: nothing to check."""
+        return None
+
     def position_target(self, item: EvalItem) -> str | None:
         """The right output text whose i-th token is the right i-th output token, where the eval knows it per position
         (self-correction counts, `evals.corrections`); None (the default) where it does not."""

@@ -6,11 +6,16 @@ Helpers shared by several test modules live in `tests/helpers/`. Tiers (markers 
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers import sandbox_guard
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -71,6 +76,33 @@ def tag_xdist_groups(items) -> None:
         )
         if groups and "@" not in item.nodeid.rsplit("::", 1)[-1]:
             item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
+
+
+# Every test that reaches the sandbox must be marked `sandbox` (tests/helpers/sandbox_guard.py): each test gets a fresh
+# log file that the sandbox's wrapped probes and runs append to, in this process and in Python subprocesses.
+sandbox_guard.install()
+_GUARD_DIR, _GUARD_COUNT = Path(tempfile.mkdtemp(prefix="sandbox-guard-")), itertools.count()
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(sandbox_guard.SITE_DIR), os.environ.get("PYTHONPATH")) if p)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    os.environ[sandbox_guard.LOG_VAR] = str(_GUARD_DIR / f"{next(_GUARD_COUNT)}.log")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """After each phase: an unmarked test whose phase reached the sandbox fails, naming what it reached."""
+    report = yield
+    log = Path(os.environ.get(sandbox_guard.LOG_VAR, _GUARD_DIR / "none"))
+    if log.exists():
+        reached = sorted(set(log.read_text().split("\n")) - {""})
+        log.unlink()
+        if not item.get_closest_marker("sandbox") and not report.skipped:
+            report.outcome = "failed"
+            why = f"{item.nodeid} {sandbox_guard.UNMARKED.format(', '.join(reached))}"
+            report.longrepr = f"{why}\n{report.longrepr or ''}"
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,16 @@
 """The import graph: packages import only downwards, and no project module takes part in an import cycle.
 
-Layers, lowest first: contract < samplers < models < evals < harness < bench, and inside them the subpackages:
-harness.engine < harness.runner < harness.launch < harness.analysis < harness.figures < harness.tracking < the
-entry modules at harness/'s top (run, api, pareto, films, train); bench.cpu < bench.gpu. A module may import its
-own layer and any lower one, never a higher one. Every `import` / `from ... import` in the project's packages
-counts, including imports inside functions (a lazy import is still a dependency); relative imports are
-resolved. Excluded: imports under `if TYPE_CHECKING:` (never executed; annotations only), string imports
-(`importlib.import_module`, Hydra `_target_`), and third-party modules. `from pkg import name` is an edge to
+Layers, lowest first: contract < samplers < models < evals < harness < hydra_plugins < bench, and inside them the
+subpackages: harness.engine < harness.runner < harness.launch < harness.analysis < harness.figures <
+harness.tracking < the entry points at harness/'s top (run, api, pareto, films, train, lmeval, ...); bench.cpu <
+bench.gpu. A module may import its own layer and any lower one, never a higher one. Every `import` / `from ...
+import` in the project's packages (and our Hydra plugins, `hydra_plugins/`) counts, including imports inside
+functions (a lazy import is still a dependency); relative imports are resolved. A project module loaded by name
+counts too: `importlib.import_module(NAME)`, `__import__(NAME)`, `runpy.run_module(NAME)`, where NAME is a string
+literal, a module-level string constant, or an item of a module-level dict of strings (`_WHERE[name]`, the lazy
+`__getattr__` of a package: each value is an edge). Excluded: imports under `if TYPE_CHECKING:` (never executed;
+annotations only), names built at run time and Hydra `_target_` strings (config, not code), and third-party
+modules. `from pkg import name` is an edge to
 the module `pkg.name` when that is a project module, else to `pkg` (its `__init__`); the implicit import of
 parent packages is not counted, so a package `__init__` re-exporting its submodules makes no cycle by itself.
 
@@ -23,7 +27,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("contract", "samplers", "models", "evals", "harness", "bench")
+PACKAGES = ("contract", "samplers", "models", "evals", "harness", "hydra_plugins", "bench")
 LAYERS = (  # lowest first; a module belongs to the longest layer its name starts with
     "contract",
     "samplers",
@@ -36,6 +40,7 @@ LAYERS = (  # lowest first; a module belongs to the longest layer its name start
     "harness.figures",
     "harness.tracking",
     "harness",
+    "hydra_plugins",  # Hydra's sweeper and launchers of our own: they drive harness.launch / harness.analysis
     "bench.cpu",
     "bench.gpu",
     "bench",
@@ -73,12 +78,42 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+LOADERS = {"import_module", "__import__", "run_module"}  # importlib's, the builtin, runpy's: a module by name
+
+
+def _string_constants(tree: ast.Module) -> dict[str, list[str]]:
+    """Module-level `NAME = "a.b"` and `NAME = {key: "a.b", ...}` (every value a string): the names they bind."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            values = node.value.values if isinstance(node.value, ast.Dict) else [node.value]
+            if values and all(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in values):
+                found[node.targets[0].id] = [v.value for v in values]
+    return found
+
+
+def loaded_names(call: ast.Call, constants: dict[str, list[str]]) -> list[str]:
+    """The module names a `LOADERS` call loads: its first argument as a literal, a constant, or a constant dict's
+    item (every value); [] for any other call, or a name built at run time."""
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if name not in LOADERS or not call.args:
+        return []
+    arg = call.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if isinstance(arg, ast.Subscript):
+        arg = arg.value
+    return constants.get(arg.id, []) if isinstance(arg, ast.Name) else []
+
+
 def _imports(tree: ast.AST):
-    """Every Import/ImportFrom node, skipping the bodies of `if TYPE_CHECKING:` (their `else:` still counts)."""
+    """Every Import/ImportFrom node and every call (for `loaded_names`), skipping the bodies of `if TYPE_CHECKING:`
+    (their `else:` still counts)."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Call)):
             yield node
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             stack.extend(node.orelse)
@@ -98,8 +133,12 @@ def import_edges(root: Path, packages=PACKAGES) -> list[Edge]:
     for mod, path in mods.items():
         is_pkg = path.name == "__init__.py"
         rel = path.relative_to(root).as_posix()
-        for node in _imports(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        constants = _string_constants(tree)
+        for node in _imports(tree):
+            if isinstance(node, ast.Call):
+                targets = [owner(name) for name in loaded_names(node, constants) if not name.startswith(".")]
+            elif isinstance(node, ast.Import):
                 targets = [owner(a.name) for a in node.names]
             else:
                 base = node.module or ""
@@ -271,6 +310,44 @@ def test_checker_reports_upward_imports_and_cycles(tmp_path):
     assert not any(e.dst.startswith("harness") for e in edges if e.src == "models.m3")  # TYPE_CHECKING skipped
     assert {e.dst for e in edges if e.src in ("models.m3", "samplers.a")} == {"contract.types", "models.m1"}
     assert {e.dst for e in edges if e.src == "models.sub.deep"} == {"models.m1", "models.m3"}
+
+
+def test_checker_reads_modules_loaded_by_name(tmp_path):
+    """`importlib.import_module` / `__import__` / `runpy.run_module` of a literal, a constant or a constant dict's
+    item are edges (issue 54: `python -m evals.lmeval` loaded `harness.runner.lmeval_cli` by name); names built at
+    run time are not; hydra_plugins/ is scanned, above harness."""
+    root = _tree(
+        tmp_path,
+        {
+            "contract/__init__.py": "",
+            "contract/c.py": "import importlib\nMOD = 'samplers.s'\ndef f():\n    importlib.import_module(MOD)\n",
+            "samplers/__init__.py": "",
+            "samplers/s.py": "from importlib import import_module\nimport_module('models.m')\n",
+            "models/__init__.py": "import importlib\n_WHERE = {'A': 'models.m', 'B': 'evals.e'}\n"
+            "def __getattr__(name):\n    return importlib.import_module(_WHERE[name])\n",
+            "models/m.py": "import runpy\ndef g(x):\n    __import__(f'models.{x}')\n"  # built at run time: no edge
+            "    runpy.run_module('harness.h')\n",
+            "evals/__init__.py": "",
+            "evals/e.py": "import importlib\nimportlib.import_module('json')\n",  # third party: no edge
+            "harness/__init__.py": "",
+            "harness/h.py": "",
+            "hydra_plugins/p/__init__.py": "",
+            "hydra_plugins/p/sweeper.py": "from harness import h\nfrom hydra_plugins.other.x import Y\n"  # not ours
+            "import bench.b\n",
+            "bench/__init__.py": "",
+            "bench/b.py": "",
+        },
+    )
+    edges = import_edges(root)
+    assert {str(e) for e in upward_imports(edges)} == {
+        "contract/c.py:4: contract.c -> samplers.s",
+        "samplers/s.py:2: samplers.s -> models.m",
+        "models/__init__.py:4: models -> evals.e",
+        "models/m.py:4: models.m -> harness.h",
+        "hydra_plugins/p/sweeper.py:3: hydra_plugins.p.sweeper -> bench.b",
+    }
+    assert {e.dst for e in edges if e.src == "hydra_plugins.p.sweeper"} == {"harness.h", "bench.b"}
+    assert {e.dst for e in edges if e.src == "models"} == {"models.m", "evals.e"}
 
 
 def test_checker_passes_a_clean_tree(tmp_path):

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from harness.analysis.aggregate import collect
-from harness.analysis.aup import aup_d3llm, kept_points, quality_weight
+from harness.analysis.aup import aup_d3llm, kept_points, quality_weight, split_points
 from harness.analysis.fronts import annotate_fronts
 from tests.helpers.runs import make_run_dir
 
@@ -78,7 +78,27 @@ def test_refuses_what_the_leaderboard_refuses():
         aup_d3llm([0.0, 2.0], [50, 50], y_max=50)
     with pytest.raises(ValueError, match="y_max"):
         aup_d3llm([1.0], [50], y_max=0)
+    with pytest.raises(ValueError, match="y_max"):
+        aup_d3llm([1.0], [0], y_max=-1)
     assert math.isnan(aup_d3llm([], [], y_max=50))
+
+
+def test_every_accuracy_zero_scores_zero_as_d3llms_get_aup():
+    """hao-ai-lab/d3LLM@e5bfcac AUP_leaderboard/aup_utils.get_aup([2.0], [0.0], 0.0) returns 0.0 (run by hand from a
+    copy outside the repo); several all-zero points (where theirs divides by y_max = 0) are 0 too: every term is."""
+    assert aup_d3llm([2.0], [0.0], y_max=0.0) == 0.0
+    assert aup_d3llm([1.0, 2.0], [0.0, 0.0], y_max=0.0) == 0.0
+    # and where theirs gives a number, ours is that number (their get_aup on these points: 294.8987586264393)
+    assert aup_d3llm([1, 2, 5, 3], [70, 66, 65, 64.9], y_max=70) == pytest.approx(294.8987586264393, rel=1e-12)
+
+
+def test_dropped_points_and_what_the_leaderboard_refuses_are_named():
+    kept = split_points([1, 2, 5, 3], [70, 66, 65, 64.9])  # their filter drops (3, 64.9) too, and scores the rest
+    assert kept.tpf.tolist() == [1, 2, 5] and kept.dropped == [(3.0, 64.9)] and not kept.d3llm_refuses
+    fast = split_points([1, 2, 8], [70, 68, 40])  # their get_aup asserts: the fastest point lost 30
+    assert fast.dropped == [(8.0, 40.0)] and fast.d3llm_refuses
+    none = split_points([1, 2], [70, 65])  # exactly 5 below: kept
+    assert none.dropped == [] and not none.d3llm_refuses
 
 
 def test_y_max_is_shared_by_every_model_on_the_eval(tmp_path):
@@ -100,4 +120,5 @@ def test_y_max_is_shared_by_every_model_on_the_eval(tmp_path):
     assert tiny["front_area"].tolist() == pytest.approx(alone["front_area"].tolist())
     f = fronts.set_index(["model", "eval"])
     assert f.loc[("better", "prompts"), "aup_d3llm"] == pytest.approx(100.0)
-    assert math.isnan(f.loc[("better", "other"), "aup_d3llm"])  # quality 0 everywhere: y_max 0, no score
+    assert f.loc[("better", "other"), "aup_d3llm"] == 0.0  # quality 0 everywhere: y_max 0, AUP 0 (d3LLM's value)
+    assert f["aup_dropped"].tolist() == [0, 0, 0] and not f["aup_d3llm_refuses"].any()

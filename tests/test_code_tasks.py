@@ -166,9 +166,29 @@ def test_the_network_is_unreachable():
     assert row["correct"] == 0.0 and row["status"] == "failed" and hits == []
 
 
+def test_the_run_preflight_refuses_a_sandbox_it_cannot_have(tmp_path):
+    """`harness.run`'s checks before any weights load end with the sandbox's refusal (here a weaker level, refused
+    with or without bubblewrap), after the cheaper config checks."""
+    from harness.runner.preflight import preflight
+    from tests.helpers.app import compose_app
+
+    cfg = compose_app(
+        "model=tiny_ar",
+        "eval=d3llm_mbpp",
+        f"eval.data_file={FIX / 'mbpp.jsonl'}",
+        "eval.sandbox.isolation=process",
+        f"paths.output_dir={tmp_path}",
+    )
+    with pytest.raises(SandboxUnavailable, match="refusing to run model-written code"):
+        preflight(cfg)
+
+
 def test_weaker_isolation_is_refused_before_any_model_loads():
-    with pytest.raises(SandboxUnavailable):
-        CodeTaskEval("mbpp", data_file=str(FIX / "mbpp.jsonl"), sandbox={"isolation": "process"})
+    """Building the eval formats prompts without a sandbox; the run's preflight (`check_runtime`) refuses."""
+    weak = CodeTaskEval("mbpp", data_file=str(FIX / "mbpp.jsonl"), sandbox={"isolation": "process"})
+    assert weak.items()[0].sample_id == "mbpp/9001"
+    with pytest.raises(SandboxUnavailable, match="weaker than bubblewrap"):
+        weak.check_runtime()
     with pytest.raises(ValueError, match="eval.sandbox: unknown keys"):
         CodeTaskEval("mbpp", data_file=str(FIX / "mbpp.jsonl"), sandbox={"allow_weakr": True})
     with pytest.raises(ValueError, match=r"humaneval.jsonl:1: needs a string `text`"):

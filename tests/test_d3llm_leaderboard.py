@@ -35,6 +35,7 @@ print(json.dumps({"params": params, "runs": out, "heavy": sorted(m for m in sys.
 """
 
 
+@pytest.mark.slow  # a Python subprocess that composes the 24 runs
 def test_composes_for_every_released_model_without_torch():
     proc = subprocess.run(
         [sys.executable, "-c", COMPOSE % (HEAVY,)], cwd=REPO, env=app_env(), capture_output=True, text=True, timeout=120
@@ -68,7 +69,7 @@ def test_bad_protocol_fails_before_any_model_loads(tmp_path):
     [
         ("gsm8k_cot", "openai/gsm8k"),
         ("math", "EleutherAI/hendrycks_math"),
-        pytest.param("mbpp", "google-research-datasets/mbpp", marks=pytest.mark.sandbox),  # its eval checks bwrap
+        ("mbpp", "google-research-datasets/mbpp"),  # the hub check comes before the sandbox's (preflight)
     ],
 )
 def test_hub_data_is_checked_before_any_model_loads(task, repo, tmp_path):

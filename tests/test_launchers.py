@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from harness.runner.store import read_metrics, read_samples
-from harness.tracking.wandb_offline import find_offline_runs, read_offline_run
+from tests.helpers.wandb_offline import find_offline_runs, read_offline_run
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

@@ -146,7 +146,7 @@ def test_lm_evals_own_command_line_on_our_engine(model_paths, tasks, tmp_path):
     folder, _ = tasks
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "evals.lmeval", "--model", "dllm",
+        [sys.executable, "-m", "harness.lmeval", "--model", "dllm",
          "--model_args", f"model=tiny_masked,path={model_paths['tiny_masked']},mc_num=8,run_dir={tmp_path / 'rows'}",
          "--tasks", "dg_arc_challenge,dg_hellaswag", "--include_path", str(folder), "--limit", "2", "--device", "cpu",
          "--output_path", str(out), "--log_samples"],

@@ -352,12 +352,14 @@ def test_eval_from_hydra_config_scores_end_to_end():
 
 
 def test_eval_refuses_weaker_isolation_before_any_model_loads():
-    """Building the eval (the harness does it before loading weights) already refuses a weaker level."""
+    """Building the eval needs no sandbox (prompts); `check_runtime` (the run's preflight) refuses a weaker level."""
     from evals.livecodebench import LiveCodeBenchEval
     from evals.sandbox.runner import SandboxUnavailable
 
+    weak = LiveCodeBenchEval(data_dir=str(FIX), release="release_v2", sandbox={"isolation": "process"})
+    assert weak.items()[0].prompt
     with pytest.raises(SandboxUnavailable, match="allow_weaker"):
-        LiveCodeBenchEval(data_dir=str(FIX), sandbox={"isolation": "process"})
+        weak.check_runtime()
     with pytest.raises(ValueError, match="eval.sandbox: unknown keys"):
         LiveCodeBenchEval(data_dir=str(FIX), sandbox={"allow_weakr": True})
     with pytest.raises(ValueError, match="grading must be one of"):

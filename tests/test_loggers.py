@@ -21,8 +21,8 @@ from harness.tracking.loggers import (
     run_id,
     server_unreachable,
 )
-from harness.tracking.wandb_offline import find_offline_runs, read_offline_run
 from tests.helpers.runs import make_run_dir, make_sweep
+from tests.helpers.wandb_offline import find_offline_runs, read_offline_run
 
 # wandb's service process may finish writing a run's log a moment after finish() returned (seen under load):
 # read it back once complete

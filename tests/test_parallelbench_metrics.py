@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
 import pytest
 
 from evals.parallelbench import ParallelBenchEval
 from evals.parallelbench.instances import generate
-from evals.parallelbench.metrics import parse_list, score_sample
+from evals.parallelbench.metrics import MISSING, bleu, parse_list, score_sample
 from evals.parallelbench.tasks import GENERATED, TASKS
 
 LINE = ["Ada Holt", "Bram Sato", "Cora Lund"]
@@ -75,6 +76,29 @@ def test_text_scores_mark_what_needs_languagetool():
     assert s["score"] is None and 0 < s["rougeL_score"] < 1
     assert score_sample("paraphrase_score", "", {"text": "a"})["score"] == 0.0
     assert score_sample("paraphrase_score", "A sentence.", {"text": "a"})["score"] is None
+
+
+def test_bleu_as_the_hub_module_computes_it():
+    """Hand-computed: 13a tokens, clipped 1-4-gram precisions, geometric mean, brevity penalty. The same function
+    gave the hub module's value bit for bit on 2,400 paraphrases (docs/parallelbench.md)."""
+    ref = "the cat sat on the mat"
+    assert bleu(ref, ref) == 1.0
+    # 13a splits off the '.' and does not lowercase: 7 tokens, 5/7, 4/6, 3/5, 2/4 match, no penalty
+    assert bleu("The cat sat on the mat.", ref) == pytest.approx((5 / 7 * 4 / 6 * 3 / 5 * 2 / 4) ** 0.25)
+    # 5 of the 6 words, in order: precisions 5/5, 4/4, 3/3, 2/2; brevity penalty exp(1 - 6/5)
+    assert bleu("the cat sat on the", ref) == pytest.approx(math.exp(1 - 6 / 5))
+    # 7 tokens ("the cat sat on the mat today"): 6/7, 5/6, 4/5, 3/4, no penalty
+    assert bleu("the cat sat on the mat today", ref) == pytest.approx((6 / 7 * 5 / 6 * 4 / 5 * 3 / 4) ** 0.25)
+    assert bleu("mat the on sat cat the", ref) == 0.0  # every unigram, no bigram in order
+
+
+def test_a_paraphrase_scores_its_bleu_part_and_zero_when_it_copies():
+    ref = {"text": "Any idea of what sweater this is?"}
+    copy = score_sample("paraphrase_score", " Any idea of what sweater this is? ", ref)
+    assert copy == {"inv_bleu_score": 0.0, "bertscore_score": None, "grammar_score": None, "score": 0.0}
+    other = score_sample("paraphrase_score", "Can you identify this sweater?", ref)
+    assert 0 < other["inv_bleu_score"] <= 1 and other["score"] is None  # BERTScore and grammar still missing
+    assert "inv_bleu_score" not in " ".join(MISSING["paraphrase_score"])
 
 
 @pytest.mark.parametrize("name", GENERATED)

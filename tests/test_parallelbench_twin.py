@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
-from harness.tracking.wandb_offline import find_offline_runs, read_offline_run
 from tests.helpers.app import compose_app, run_app
+from tests.helpers.wandb_offline import find_offline_runs, read_offline_run
 
 
+@pytest.mark.slow  # 20 Hydra composes
 def test_gpu_preset_composes_for_the_released_models():
     cfg = compose_app("experiment=parallelbench", with_hydra=True)
     params = cfg.hydra.sweeper.params
@@ -31,11 +33,13 @@ def test_gpu_preset_composes_for_the_released_models():
         assert len(values) == 5, fam  # each family's parallelism knob really moves
 
 
+@pytest.mark.slow  # a real `python -m harness.run` subprocess
 def test_gpu_preset_without_data_fails_before_loading_naming_the_key():
     proc = run_app("experiment=parallelbench", "hydra.mode=RUN", "fam=pb_tiny_masked", check=False)
     assert proc.returncode != 0 and "eval.data_dir" in proc.stderr
 
 
+@pytest.mark.slow  # a Hydra multirun and its sweep summary (62 s on the busy 2-core machine)
 def test_twin_runs_end_to_end_with_pbx_scores_and_decode_order(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_app(

@@ -186,8 +186,7 @@ def test_gated_hub_sources_are_declared_by_the_evals():
     assert hub.hub_datasets() == ["Idavidrein/gpqa"] and local.hub_datasets() == []
 
 
-@pytest.mark.sandbox  # the LiveCodeBench eval checks its sandbox when it is built
-def test_local_livecodebench_files_declare_no_hub_source():
+def test_local_livecodebench_files_declare_no_hub_source():  # building the eval needs no sandbox
     from hydra.utils import instantiate
 
     lcb = _compose("eval=livecodebench", f"eval.data_dir={REPO}/tests/fixtures/livecodebench").eval

@@ -18,6 +18,7 @@ import pytest
 from evals.sandbox import Limits, Sandbox, interpreter, runner
 from evals.sandbox.isolation import THREAD_ENV
 from evals.sandbox.runner import SandboxUnavailable, resolve_level, tagged_processes
+from tests.helpers import sandbox_guard
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(60)
@@ -199,7 +200,9 @@ def test_missing_solution_package_fails_loudly():
 
 @pytest.fixture
 def no_bwrap(monkeypatch):
-    """This process sees no bubblewrap (as on a machine where it is not installed)."""
+    """This process sees no bubblewrap (as on a machine where it is not installed): its probes of bwrap depend on
+    nothing installed, so they are not the sandbox guard's to count (tests/helpers/sandbox_guard.py)."""
+    monkeypatch.delenv(sandbox_guard.LOG_VAR, raising=False)
     real_which = shutil.which
     monkeypatch.setattr(runner.shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name))
     runner._probe.cache_clear()

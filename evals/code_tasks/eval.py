@@ -106,7 +106,9 @@ class CodeTaskEval(Eval):
         if data_file:
             self.problems()  # a missing or malformed file fails before any model loads
         self.grader = CodeGrader(SandboxSettings.from_config(sandbox), timeout_s, memory_mb)
-        self.sandbox_environment = self.grader.environment()  # refuses now, before any model loads
+
+    def check_runtime(self) -> None:
+        self.grader.environment()  # SandboxUnavailable where the isolation cannot be provided
 
     def hub_datasets(self) -> list[str]:
         return [] if self.data_file else [self.hub_repo]

@@ -4,9 +4,9 @@
 pass@1 overall and per difficulty, the grading mode, the sandbox isolation level (anything but bwrap is
 flagged) and the sandbox interpreter with its package versions.
 
-The sandbox is checked when the eval is built (before any model loads): where bubblewrap cannot run it
-refuses unless `sandbox.allow_weaker` is set, and a sandbox interpreter without the declared solution
-packages (numpy, ...) is an error too.
+The sandbox is checked by the run's preflight (`check_runtime`, before any model loads), not when the eval is
+built (prompts need no sandbox): where bubblewrap cannot run it refuses unless `sandbox.allow_weaker` is set, and
+a sandbox interpreter without the declared solution packages (numpy, ...) is an error too.
 """
 
 from __future__ import annotations
@@ -66,8 +66,15 @@ class LiveCodeBenchEval(Eval):
         except ValueError as exc:
             raise ValueError(f"eval: {exc}") from exc
         self.grader = Grader(config)
-        self.sandbox_environment = self.grader.environment()  # refuses now, before any model loads
         self._problems: dict[str, Problem] | None = None
+
+    @property
+    def sandbox_environment(self) -> dict[str, Any]:
+        """Where programs run, probed once (`Grader.environment`: refuses without the isolation or the packages)."""
+        return self.grader.environment()
+
+    def check_runtime(self) -> None:
+        self.grader.environment()
 
     def problems(self) -> dict[str, Problem]:
         if self._problems is None:

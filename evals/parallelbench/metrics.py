@@ -4,20 +4,23 @@ furiosa-ai/ParallelBench, read, not copied) so that a stored prediction scores h
 Every scorer returns a dict of floats; a value that needs what this machine lacks is None, never 0:
 - the grammar check (LanguageTool + a JDK) enters words-to-sentence, summaries and paraphrases; where the other
   factor already decides the product (a missing word, an empty reply) the score is known without it;
-- BLEU and BERTScore (`evaluate` fetches both from the hub at run time) enter paraphrases.
+- BERTScore (`evaluate` fetches its model from the hub at run time) enters paraphrases. BLEU needs no model: `bleu`
+  is the hub's `evaluate-metric/bleu` (tensorflow/nmt's `compute_bleu`, 4-grams, no smoothing, on sacrebleu's 13a
+  tokens) computed here.
 `score` is the task's score as ParallelBench reports it; list and puzzle tasks also have `score_strict` (their
 `strict=True` parse: a bracketed list of double-quoted items separated by ", ").
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 NEEDS_GRAMMAR = "grammar_score: needs LanguageTool and a JDK"
 NEEDS_BERTSCORE = "bertscore_score: needs a BERTScore model from the hub"
-NEEDS_BLEU = "inv_bleu_score: needs evaluate's BLEU module from the hub"
 
 
 def parse_list(text: str, strict: bool = False) -> list[str] | None:
@@ -170,10 +173,43 @@ def summary(text: str, ref: Any) -> dict[str, float | None]:
     }
 
 
+def _ngrams(tokens: list[str], max_order: int) -> Counter:
+    return Counter(tuple(tokens[i : i + n]) for n in range(1, max_order + 1) for i in range(len(tokens) - n + 1))
+
+
+def bleu(prediction: str, reference: str, max_order: int = 4) -> float:
+    """`evaluate.load("bleu").compute(predictions=[prediction], references=[[reference]])["bleu"]`: 13a tokens
+    (sacrebleu's tokenizer, which the hub module copies), clipped n-gram precisions up to `max_order`, their
+    geometric mean (0 when any is 0), times the brevity penalty exp(1 - reference / prediction length) when the
+    prediction is not longer. `prediction` must have a token (ParallelBench scores an empty reply without BLEU)."""
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    tokenize = Tokenizer13a()
+    pred, ref = tokenize(prediction).split(), tokenize(reference).split()
+    overlap = _ngrams(pred, max_order) & _ngrams(ref, max_order)
+    matches = [sum(c for g, c in overlap.items() if len(g) == n) for n in range(1, max_order + 1)]
+    possible = [len(pred) - n + 1 for n in range(1, max_order + 1)]
+    precisions = [m / p if p > 0 else 0.0 for m, p in zip(matches, possible)]
+    if min(precisions) <= 0:
+        return 0.0
+    ratio = len(pred) / len(ref)
+    penalty = 1.0 if ratio > 1.0 else math.exp(1 - 1 / ratio)
+    return math.exp(sum(math.log(p) for p in precisions) / max_order) * penalty
+
+
 def paraphrase(text: str, ref: Any) -> dict[str, float | None]:
-    """(1 - BLEU) x BERTScore x grammar: all three need the hub or LanguageTool; an empty reply scores 0."""
-    value = 0.0 if text.strip() == "" else None
-    return {"inv_bleu_score": value, "bertscore_score": value, "grammar_score": value, "score": value}
+    """(1 - BLEU) x BERTScore x grammar: BERTScore and grammar need the hub or LanguageTool; an empty reply scores 0,
+    and so does one with BLEU 1 (the reference itself, up to tokens): there (1 - BLEU) decides the product."""
+    text = text.strip()
+    if text == "":
+        return {"inv_bleu_score": 0.0, "bertscore_score": 0.0, "grammar_score": 0.0, "score": 0.0}
+    inv_bleu = 1.0 - bleu(text, ref["text"])
+    return {
+        "inv_bleu_score": inv_bleu,
+        "bertscore_score": None,
+        "grammar_score": None,
+        "score": 0.0 if inv_bleu == 0 else None,
+    }
 
 
 TEXT_SCORERS: dict[str, Callable[[str, Any], dict[str, float | None]]] = {
@@ -186,7 +222,7 @@ METRICS = (*LIST_SCORERS, "latin_square_score", "sudoku_score", *TEXT_SCORERS)
 MISSING: dict[str, tuple[str, ...]] = {
     "sentence_to_words_score": (NEEDS_GRAMMAR,),
     "summary_score": (NEEDS_GRAMMAR,),
-    "paraphrase_score": (NEEDS_BLEU, NEEDS_BERTSCORE, NEEDS_GRAMMAR),
+    "paraphrase_score": (NEEDS_BERTSCORE, NEEDS_GRAMMAR),
 }
 
 

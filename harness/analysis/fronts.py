@@ -12,8 +12,10 @@ tables. Adding a run never lowers it.
 
 AUP as the dLLM leaderboard scores it (`aup_d3llm`, `harness.analysis.aup`): the model's front points, accuracy in
 percent, weighted by how far below the best accuracy they are, integrated from TPF 0; `aup_y_max` (the best quality
-of any run on the eval in this table, in percent) is shared by every model on the eval. Its scale is accuracy x TPF
-(an AR model at 80% scores 80), comparable with the leaderboard's numbers, not with `front_area`.
+of any run on the eval in this table, in percent) is shared by every model on the eval; per front, `aup_dropped`
+counts the points the AUP leaves out and `aup_d3llm_refuses` says the leaderboard would not score it at all. Its
+scale is accuracy x TPF (an AR model at 80% scores 80), comparable with the leaderboard's numbers, not with
+`front_area`.
 
 Hypervolume (the multi-objective search's yardstick): the area of the (TPF, quality) region that some run
 dominates and that dominates a reference point (default TPF 1, quality 0: AR speed, nothing right). Unlike
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis.aup import aup_d3llm
+from harness.analysis.aup import aup_d3llm, split_points
 
 FRONT_COLUMNS = [
     "model",
@@ -46,6 +48,8 @@ FRONT_COLUMNS = [
     "front_area",
     "aup_d3llm",
     "aup_y_max",
+    "aup_dropped",  # front points the AUP leaves out (more than 5 accuracy points below the slowest)
+    "aup_d3llm_refuses",  # the leaderboard's get_aup would refuse this front (its fastest point is that far below)
     "front",
 ]
 # per run: its (model, eval) group's figures
@@ -117,7 +121,8 @@ def annotate_fronts(
         f = g[mask].sort_values("tpf")
         y_max = 100 * float(table.loc[on_eval, "quality"].max()) if scored else np.nan
         fast = f[f["tpf"] > 0]  # a run with no forward has no TPF to score (the leaderboard refuses it)
-        aup = aup_d3llm(fast["tpf"], 100 * fast["quality"], y_max) if scored and y_max > 0 else np.nan
+        aup = aup_d3llm(fast["tpf"], 100 * fast["quality"], y_max) if scored and y_max >= 0 else np.nan
+        pts = split_points(fast["tpf"], 100 * fast["quality"])
         table.loc[g.index, "on_front"] = mask
         table.loc[g.index, ["front_area", "front_area_tpf_min", "front_area_tpf_max"]] = [area, lo, hi]
         table.loc[g.index, ["aup_d3llm", "aup_y_max"]] = [aup, y_max]
@@ -132,6 +137,8 @@ def annotate_fronts(
                 "front_area": area,
                 "aup_d3llm": aup,
                 "aup_y_max": y_max,
+                "aup_dropped": len(pts.dropped),
+                "aup_d3llm_refuses": pts.d3llm_refuses,
                 "front": " | ".join(f"{t:.3g}:{q:.3g}" for t, q in zip(f["tpf"], f["quality"])),
             }
         )

@@ -5,12 +5,23 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-FORMATS = ("eee", "hf", "d3llm", "parallelbench")
+FORMATS = {  # every format `export` writes, as --help lists them (docs/run_card.md has the fields of each)
+    "eee": "Every Eval Ever aggregate records (schema 0.3.0): data/<eval>/<developer>/<model>/<uuid>.json",
+    "hf": "Hugging Face .eval_results/ YAML, one file per run: <model>/.eval_results/<task>__<run>.yaml",
+    "d3llm": "d3LLM's AUP leaderboard: d3llm_leaderboard.csv (their dLLM_Results.csv) and d3llm_points.yaml",
+    "parallelbench": "ParallelBench's site files: data/leaderboard/<model>.json, data/figures/, metadata_entry.json",
+}
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m harness.export", description=__doc__)
-    ap.add_argument("format", choices=FORMATS)
+    formats = "\n".join(f"  {name:<14} {what}" for name, what in FORMATS.items())
+    ap = argparse.ArgumentParser(
+        prog="python -m harness.export",
+        description=__doc__,
+        epilog=f"formats:\n{formats}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("format", choices=list(FORMATS), help="one of the formats below")
     ap.add_argument("paths", nargs="+", help="run dirs or sweep dirs (every finished run under them)")
     ap.add_argument("--out", help="where the files go (default: <first path>/export/<format>)")
     ap.add_argument("--organization", default="unknown", help="eee: source_organization_name")

@@ -10,6 +10,10 @@ Two files:
   TPF=1": its methods' slowest setting is one token per forward; ours is the front's slowest run, whatever its TPF).
 - `d3llm_points.yaml`, in the format of their `data_*.yaml`: task -> method -> [[TPF, accuracy], ...], every point
   the AUP integrates, so their `get_aup` recomputes each AUP from it.
+- `d3llm_dropped.yaml`, only where some front lost points: task -> method -> `dropped` (the [TPF, accuracy] front
+  points more than 5 accuracy points below its slowest, which the AUP leaves out) and `d3llm_refuses` (true where
+  the fastest point is among them: the leaderboard's `get_aup` asserts on such a method and gives no AUP; ours
+  scores the kept points). Each such front is also a warning.
 
 TPF and accuracy are recounted from each run's samples (`harness.export.runs`), and the AUP goes through the one AUP
 path of the summary (`harness.analysis.fronts.annotate_fronts`, `harness.analysis.aup`): the export's AUP is the
@@ -19,12 +23,13 @@ summary's. Tasks are our eval names (the eval identity where one name covers sev
 from __future__ import annotations
 
 import csv
+import warnings
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from harness.analysis.aup import kept_points
+from harness.analysis.aup import Y_MIN_OFFSET, split_points
 from harness.analysis.fronts import annotate_fronts
 
 COLUMNS = ("token/forward (TPF)", "Acc", "AUP", "TPF=1时的Acc")
@@ -37,18 +42,31 @@ def task_names(table: pd.DataFrame) -> dict[str, str]:
     return {ev: (str(name) if names.get(name, 0) == 1 else str(ev)) for ev, name in pairs}
 
 
-def leaderboard_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, list[list[float]]]]]:
-    """One row per (method, task): TPF, Acc (percent) of the fastest kept front point, AUP, Acc of the slowest; and
-    the points per task and method. `table`'s `tpf` and `quality` are the ones the AUP is computed from."""
+def leaderboard_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, list[list[float]]]], dict]:
+    """One row per (method, task): TPF, Acc (percent) of the fastest kept front point, AUP, Acc of the slowest; the
+    points per task and method; and the dropped points where there are any (warned about). `table`'s `tpf` and
+    `quality` are the ones the AUP is computed from."""
     marked, _ = annotate_fronts(table)
     names = task_names(marked)
-    rows, points = [], {}
+    rows, points, dropped = [], {}, {}
     for (model, ev), g in marked[marked["on_front"]].groupby(["model", "eval"], sort=True):
         g = g[g["tpf"] > 0].dropna(subset=["quality"])
         if g.empty:
             continue
-        x, y = kept_points(g["tpf"], 100 * g["quality"])
-        task = names[ev]
+        pts = split_points(g["tpf"], 100 * g["quality"])
+        x, y, task = pts.tpf, pts.accuracy, names[ev]
+        if pts.dropped:
+            dropped.setdefault(task, {})[str(model)] = {
+                "dropped": [list(p) for p in pts.dropped],
+                "d3llm_refuses": pts.d3llm_refuses,
+            }
+            refuses = "; d3LLM's get_aup refuses this method (its fastest point is among them)"
+            warnings.warn(
+                f"d3llm export: {model} on {task}: {len(pts.dropped)} front point(s) more than {Y_MIN_OFFSET:g} "
+                f"accuracy points below the slowest left out of the AUP{refuses if pts.d3llm_refuses else ''} "
+                "(d3llm_dropped.yaml)",
+                stacklevel=2,
+            )
         rows.append(
             {
                 "method": model,
@@ -60,7 +78,7 @@ def leaderboard_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[
             }
         )
         points.setdefault(task, {})[str(model)] = [[float(a), float(b)] for a, b in zip(x, y)]
-    return pd.DataFrame(rows, columns=["method", "task", "tpf", "acc", "aup", "acc_slowest"]), points
+    return pd.DataFrame(rows, columns=["method", "task", "tpf", "acc", "aup", "acc_slowest"]), points, dropped
 
 
 def write_leaderboard_csv(rows: pd.DataFrame, section: str, path: Path) -> Path:
@@ -86,8 +104,12 @@ def write_leaderboard_csv(rows: pd.DataFrame, section: str, path: Path) -> Path:
 
 def export_d3llm(table: pd.DataFrame, out: Path, section: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    rows, points = leaderboard_rows(table)
+    rows, points, dropped = leaderboard_rows(table)
     csv_path = write_leaderboard_csv(rows, section, out / "d3llm_leaderboard.csv")
     yaml_path = out / "d3llm_points.yaml"
     yaml_path.write_text(yaml.safe_dump(points, sort_keys=True, allow_unicode=True))
-    return [csv_path, yaml_path]
+    files = [csv_path, yaml_path]
+    if dropped:
+        files.append(out / "d3llm_dropped.yaml")
+        files[-1].write_text(yaml.safe_dump(dropped, sort_keys=True, allow_unicode=True))
+    return files

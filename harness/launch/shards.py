@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from contract.decoding import SelfDrivingEval
 from contract.files import atomic_write
 from contract.records import changed_items, stale_inputs_error
+from evals.base import Eval
 from harness.launch.devices import uses_cuda, visible_gpus
 from harness.launch.ray_launch import RaySettings, RayTask, in_ray_task
 from harness.runner.evaluate import checked_items, item_shas, items_metrics, run_items
@@ -60,6 +61,8 @@ def decode_shard(config_yaml: str, run_dir: str, shard: int, shards: int, batch_
     cfg = OmegaConf.create(config_yaml)
     sampler, ev = instantiate(cfg.sampler), instantiate(cfg.eval)
     items = checked_items(ev)[shard::shards]
+    if isinstance(ev, Eval):
+        ev.check_runtime()  # this shard's machine grades its items: its sandbox, before the model loads
     store = ResultStore(run_dir, shard=shard)  # a second process for the same shard fails here
     try:
         torch.manual_seed(cfg.seed)

@@ -1,4 +1,4 @@
-"""lm-eval's own command line on our engine: `python -m evals.lmeval --model dllm --model_args model=<conf/model>,...`.
+"""lm-eval's own command line on our engine: `python -m harness.lmeval --model dllm --model_args model=<model>,...`.
 
 lm-eval 0.4.13 has no plugin entry point for model types (its registry fills only from `lm_eval.models` and from
 `@register_model` calls already made), so this module registers `dllm` and then hands the arguments to lm-eval's

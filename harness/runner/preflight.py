@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from contract.decoding import SelfDrivingEval
+from evals.base import Eval
 from harness.runner.batch_check import BatchCheckConfig
 from harness.runner.batch_plan import plan_batch_size
 from harness.runner.configs import (
@@ -63,6 +64,8 @@ def preflight(cfg: DictConfig, check_launch=None) -> Preflight:
     check_model_path(cfg.model)  # also: a gated hub model without a token fails here
     check_family(cfg.model, cfg.sampler)  # the family's samplers, and its own checks (masked: mask id, blocks)
     check_eval_hub_access(ev)
+    if isinstance(ev, Eval):
+        ev.check_runtime()  # a code eval's sandbox: SandboxUnavailable here, not after the weights loaded
     # no items, or repeated ids: fail here, before any weights load (lm-eval builds its items while it runs)
     items = None if isinstance(ev, SelfDrivingEval) else checked_items(ev)
     check = BatchCheckConfig.from_config(cfg.get("batch_check"), ev)

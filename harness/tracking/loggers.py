@@ -5,7 +5,7 @@ sweep, plus one summary run per sweep in the same group.
 W&B facts this relies on (wandb 0.31): without a key it must run offline (files under
 `<dir>/wandb/offline-run-*`, `wandb sync` uploads them later); in one process the next `wandb.init`
 returns the previous unfinished run unless `reinit="finish_previous"`, so every job finishes its run and
-every init asks for a fresh one. `harness.tracking.wandb_offline.read_offline_run` reads an offline run back.
+every init asks for a fresh one. The tests read an offline run back (tests/helpers/wandb_offline.py).
 
 No network (a compute node with a key but no route out): `wandb.init` online waits about 90 s and then
 raises, which would kill the job before it decodes. So online mode first probes the server (a TCP connect

@@ -75,21 +75,27 @@ class OptunaMooSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> Any:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        from optuna.trial import Trial, TrialState
+        """Ask, launch, tell: batches of `n_jobs` trials until `n_trials` were launched; trials that were running
+        when an earlier search stopped are relaunched first (the same overrides, so their run dirs resume)."""
+        from harness.analysis.search import describe_study
 
-        from harness.analysis.search import (
-            OVERRIDES_ATTR,
-            RUN_DIR_ATTR,
-            STUDY_FILE,
-            SearchConfigError,
-            describe_study,
-            launched,
-            make_sampler,
-            objectives_of,
-            open_study,
-            trial_seed,
-        )
+        study = self._open_study(arguments)
+        resumed, count, failures = self._recover(study)
+        returns = []
+        while True:
+            batch, resumed, count = self._next_batch(study, resumed, count)
+            if not batch:
+                break
+            results, failures = self._launch_and_tell(study, arguments, batch, failures)
+            returns.append(results)
+        print(describe_study(study))
+        return returns
+
+    def _open_study(self, arguments: list[str]):
+        """The study this sweep dir (or `storage`) holds, after refusing value sweeps among the overrides."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from harness.analysis.search import STUDY_FILE, SearchConfigError, open_study
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
@@ -104,6 +110,14 @@ class OptunaMooSweeper(Sweeper):
         path = Path(self.storage) if self.storage else sweep_dir / STUDY_FILE
         study = open_study(path, self.study_name or sweep_dir.name, self.objectives, self.space)
         log.info("Optuna study %s in %s (optuna-dashboard %s)", study.study_name, path, path)
+        return study
+
+    def _recover(self, study) -> tuple[list, int, int]:
+        """A fresh study gets the enqueued points; of an earlier search's trials: those launched and still running
+        (to relaunch), the number launched, and the failures among them (asked but never launched: failed now)."""
+        from optuna.trial import TrialState
+
+        from harness.analysis.search import launched
 
         trials = study.get_trials(deepcopy=False)
         if not trials:
@@ -113,52 +127,62 @@ class OptunaMooSweeper(Sweeper):
         for t in trials:
             if t.state == TrialState.RUNNING and not launched(t):  # asked but killed before it was launched
                 study.tell(t.number, state=TrialState.FAIL)
-        count = sum(launched(t) for t in trials)
         if resumed:
             log.info(
                 "resuming %d trial(s) that were running when the search stopped: %s",
                 len(resumed),
                 [t.number for t in resumed],
             )
-        failures, returns = sum(t.state == TrialState.FAIL and launched(t) for t in trials), []
-        while True:
-            # a trial launched before the search was killed: the same overrides, so the same run dir (it resumes);
-            # Trial(study, id) is how Optuna itself reopens a trial (FrozenTrial keeps the id private)
-            batch = [(Trial(study, t._trial_id), list(t.user_attrs[OVERRIDES_ATTR])) for t in resumed[: self.n_jobs]]
-            resumed = resumed[self.n_jobs :]
-            while len(batch) < self.n_jobs and count < self.n_trials and not resumed:
-                number = len(study.get_trials(deepcopy=False))
-                study.sampler = make_sampler(self.sampler_name, trial_seed(self.seed, number), **self.sampler)
-                trial = study.ask()
-                overrides = self.space.suggest(trial)
-                trial.set_user_attr(OVERRIDES_ATTR, overrides)  # from here on, a re-run relaunches it
-                batch.append((trial, overrides))
-                count += 1
-            if not batch:
-                break
-            jobs = [list(arguments) + overrides for _, overrides in batch]
+        failures = sum(t.state == TrialState.FAIL and launched(t) for t in trials)
+        return resumed, sum(launched(t) for t in trials), failures
+
+    def _next_batch(self, study, resumed: list, count: int) -> tuple[list, list, int]:
+        """Up to `n_jobs` (trial, overrides): resumed trials first, then new ones asked of the study."""
+        from optuna.trial import Trial
+
+        from harness.analysis.search import OVERRIDES_ATTR, make_sampler, trial_seed
+
+        # a trial launched before the search was killed: the same overrides, so the same run dir (it resumes);
+        # Trial(study, id) is how Optuna itself reopens a trial (FrozenTrial keeps the id private)
+        batch = [(Trial(study, t._trial_id), list(t.user_attrs[OVERRIDES_ATTR])) for t in resumed[: self.n_jobs]]
+        resumed = resumed[self.n_jobs :]
+        while len(batch) < self.n_jobs and count < self.n_trials and not resumed:
+            number = len(study.get_trials(deepcopy=False))
+            study.sampler = make_sampler(self.sampler_name, trial_seed(self.seed, number), **self.sampler)
+            trial = study.ask()
+            overrides = self.space.suggest(trial)
+            trial.set_user_attr(OVERRIDES_ATTR, overrides)  # from here on, a re-run relaunches it
+            batch.append((trial, overrides))
+            count += 1
+        return batch, resumed, count
+
+    def _launch_and_tell(self, study, arguments: list[str], batch: list, failures: int) -> tuple[Any, int]:
+        """Launch one batch and tell the study each trial's objectives, or its failure (`max_failures` stops it)."""
+        from optuna.trial import TrialState
+
+        from harness.analysis.search import RUN_DIR_ATTR, objectives_of
+
+        jobs = [list(arguments) + overrides for _, overrides in batch]
+        try:
+            self.validate_batch_is_legal(jobs)  # a space that composes no valid config: stop, trials failed
+        except Exception:
+            for trial, _ in batch:
+                study.tell(trial, state=TrialState.FAIL)
+            raise
+        results = self.launcher.launch(jobs, initial_job_idx=batch[0][0].number)
+        for (trial, overrides), ret in zip(batch, results):
             try:
-                self.validate_batch_is_legal(jobs)  # a space that composes no valid config: stop, trials failed
-            except Exception:
-                for trial, _ in batch:
-                    study.tell(trial, state=TrialState.FAIL)
-                raise
-            results = self.launcher.launch(jobs, initial_job_idx=batch[0][0].number)
-            for (trial, overrides), ret in zip(batch, results):
-                try:
-                    if ret.status != JobStatus.COMPLETED:
-                        _ = ret.return_value  # re-raises the job's exception (as BasicSweeper does)
-                    run_dir = str(ret.hydra_cfg.hydra.runtime.output_dir)
-                    values = objectives_of(run_dir, self.objectives)
-                except Exception as e:  # a failed job, or a run without the objectives: a failed trial
-                    failures += 1
-                    study.tell(trial, state=TrialState.FAIL)
-                    log.error("trial %d failed (%s): %r", trial.number, " ".join(overrides), e)
-                    if failures >= self.max_failures:
-                        raise RuntimeError(f"{failures} trials failed (hydra.sweeper.max_failures)") from e
-                    continue
-                trial.set_user_attr(RUN_DIR_ATTR, run_dir)
-                study.tell(trial, values)
-            returns.append(results)
-        print(describe_study(study))
-        return returns
+                if ret.status != JobStatus.COMPLETED:
+                    _ = ret.return_value  # re-raises the job's exception (as BasicSweeper does)
+                run_dir = str(ret.hydra_cfg.hydra.runtime.output_dir)
+                values = objectives_of(run_dir, self.objectives)
+            except Exception as e:  # a failed job, or a run without the objectives: a failed trial
+                failures += 1
+                study.tell(trial, state=TrialState.FAIL)
+                log.error("trial %d failed (%s): %r", trial.number, " ".join(overrides), e)
+                if failures >= self.max_failures:
+                    raise RuntimeError(f"{failures} trials failed (hydra.sweeper.max_failures)") from e
+                continue
+            trial.set_user_attr(RUN_DIR_ATTR, run_dir)
+            study.tell(trial, values)
+        return results, failures

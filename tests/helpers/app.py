@@ -7,13 +7,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import sandbox_guard
+
 REPO = Path(__file__).resolve().parents[2]  # the repo root, whatever the cwd of the test run
 
 
 def app_env() -> dict[str, str]:
+    """This environment, offline, with the repo importable (and, under a test, the sandbox guard's site folder)."""
+    guard = [str(sandbox_guard.SITE_DIR)] if sandbox_guard.LOG_VAR in os.environ else []
     return {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": os.pathsep.join([str(REPO), *guard]),
         "HF_HUB_OFFLINE": "1",
         "WANDB_MODE": "offline",
         "HYDRA_FULL_ERROR": "0",

@@ -1,6 +1,10 @@
-"""Reading an offline W&B run back: what `WandbLogger` recorded, for the tests and for checking a run before
-`wandb sync`. Offline runs write no `wandb-summary.json`, so `read_offline_run` replays the `.wandb` record log
-(LevelDB-style blocks of wandb's own `Record` protobufs) and the run's `files/` folder.
+"""Reading an offline W&B run back: what `WandbLogger` recorded, for the tests. Offline runs write no
+`wandb-summary.json`, so `read_offline_run` replays the `.wandb` record log (LevelDB-style blocks of wandb's own
+`Record` protobufs) and the run's `files/` folder.
+
+A test helper, not part of the harness (it was `harness.tracking.wandb_offline`, which no product code imported):
+the harness only writes runs; W&B itself reads them (`wandb sync`), and parsing wandb's private record format is
+worth its upkeep only to check what our logger wrote.
 """
 
 from __future__ import annotations
