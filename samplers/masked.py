@@ -231,8 +231,9 @@ class MaskedSamplerConfig:
         import torch
 
         dev, at = inp.block.device, list(zip(inp.plans, inp.step, strict=True))
-        left = None if all(p.shares for p, _ in at) and self.remask_ratio <= 0 else (inp.block == inp.mask_id).sum(-1)
-        if all(p.shares for p, _ in at):
+        even = all(p.shares for p, _ in at)
+        left = None if even and self.remask_ratio <= 0 else (inp.block == inp.mask_id).sum(-1)  # masks left
+        if even:
             share = torch.tensor([p.shares[min(s, len(p.shares) - 1)] for p, s in at], device=dev)
         else:
             ratio = torch.tensor([p.ratios[min(s, len(p.ratios) - 1)] for p, s in at], dtype=torch.float32, device=dev)
