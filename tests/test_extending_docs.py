@@ -82,7 +82,7 @@ def test_the_masked_rule_decodes_through_the_engine(tmp_path, monkeypatch):
 
     with pytest.raises(SamplerConfigError, match="sampler.width: must be an integer >= 1, got 0"):
         LeftToRightConfig(width=0)
-    ad = MaskedDiffusionAdapter(str(build_masked(tmp_path / "m", block_length=8)), dtype="float64", context="cache")
+    ad = MaskedDiffusionAdapter(str(build_masked(tmp_path / "m", block_length=8)), dtype="float32", context="cache")
     reqs = [GenerationRequest(str(i), [10 + i, 11, 12, 13, 14][: 2 + i], seed=i, max_new_tokens=16) for i in range(3)]
     out = {}
     for width in (1, 3):
@@ -167,8 +167,7 @@ def test_the_family_entry_registers_and_dispatches(tmp_path, monkeypatch, tiny_d
     from samplers.config import EntropyBoundConfig
     from samplers.masked import LowConfidenceConfig
 
-    scope = {n: getattr(families, n) for n in ("Family", "UNIFORM", "MASKED", "_SHAPES", "DecoderKind")}
-    fam = eval(family_entry(), scope)  # the doc's entry, as it would sit in FAMILIES
+    fam = eval(family_entry(), dict(vars(families)))  # the doc's entry, read where it would sit: in FAMILIES
     monkeypatch.setitem(families.FAMILIES, fam.kind, fam)
     assert families.family_of("gidd") is fam and families.family_of_target("models.gidd.GiddAdapter") is fam
     cls = get_class(fam.models[0])
@@ -224,6 +223,8 @@ def test_the_doc_rule_sweeps_its_knob_in_a_multirun(tmp_path):
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         "hydra.callbacks={}",
     ]
+    (register,) = [b for b in _blocks() if "SAMPLERS = {" in b]
+    assert "**MASKED_SAMPLERS, LeftToRightConfig.name: LeftToRightConfig}" in register  # what SWEEP does
     script = tmp_path / "sweep.py"
     script.write_text(SWEEP.format(ext=ext, overrides=overrides))
     proc = subprocess.run(
