@@ -33,6 +33,9 @@ PACKAGES = ("harness", "bench", "models", "samplers", "evals", "contract")
 PATH_ROOTS = (*PACKAGES, "conf", "tests", "hydra_plugins", "docs")
 # Paths the docs name that are meant to be absent from a clone: the user creates them (git-ignored).
 USER_CREATED = {"conf/local/default.yaml"}
+# A walk-through's files (docs/extending.md): a code block whose first line is `# file: <path>` is one the reader
+# writes (tests/test_extending_docs.py builds each), so neither its path nor its module names exist in a clone.
+FILE_MARK = re.compile(r"```\w*\n# file: (\S+)\n")
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 PYTHON_M = re.compile(r"python3? -m ([A-Za-z_][\w.]*)")
@@ -73,10 +76,19 @@ def _top_level_names(path: Path) -> frozenset[str]:
     return frozenset(names)
 
 
+@cache
+def walkthrough_files() -> frozenset[str]:
+    """The files docs pages have the reader write (`FILE_MARK`)."""
+    return frozenset(m for page in DOCS for m in FILE_MARK.findall(page.read_text(encoding="utf-8")))
+
+
 def dotted_path_problem(dotted: str) -> str | None:
     """Why `dotted` names nothing in the project (None when it does): the longest prefix that is a module must
-    exist below the top-level package, and a remaining part must start with a name that module defines."""
+    exist below the top-level package (or be a walk-through's file), and a remaining part must start with a name
+    that module defines."""
     parts = dotted.split(".")
+    if any("/".join(parts[:end]) + ".py" in walkthrough_files() for end in range(1, len(parts) + 1)):
+        return None
     for end in range(len(parts), 0, -1):
         path = _module_file(".".join(parts[:end]))
         if path is None:
@@ -109,7 +121,7 @@ def repo_path_problem(path: str) -> str | None:
     path = path.rstrip(".,:;")
     if (
         not (path.endswith(("/", ".py", ".yaml", ".md", ".json", ".jsonl", ".csv")) or "*" in path)
-        or path in USER_CREATED
+        or path in USER_CREATED | walkthrough_files()
     ):
         return None
     return None if any(REPO.glob(path.rstrip("/"))) else f"no such path {path}"
@@ -221,6 +233,9 @@ def test_the_path_and_module_checks_fail_on_missing_targets():
     assert repo_path_problem("harness/engine/decode.py") is None
     assert repo_path_problem("harness/decode.py") == "no such path harness/decode.py"
     assert repo_path_problem("conf/sampler/*.yaml") is None
+    assert repo_path_problem("samplers/left_to_right.py") is None  # docs/extending.md's reader writes it
+    assert dotted_path_problem("samplers.left_to_right.LeftToRightConfig") is None
+    assert dotted_path_problem("samplers.left_to_rightx") == "samplers has no top-level name 'left_to_rightx'"
     assert link_problem(README, "docs/engine.md#python-api-notebooks") is None
     assert link_problem(README, "docs/engine.md#no-such-heading") == "no heading for #no-such-heading in docs/engine.md"
     assert link_problem(README, "docs/gone.md") == "broken link docs/gone.md"
