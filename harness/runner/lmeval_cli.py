@@ -96,11 +96,34 @@ def build_decoder(overrides: list[str]):
     return decoder_for(instantiate(cfg.model), sampler)
 
 
+def check_cli_datasets(argv: list[str]) -> None:
+    """The hub data sets of `--tasks` (with `--include_path`) readable from here, checked before lm-eval builds the
+    model (it reads the data sets only after): offline and not cached, one line naming the set and how to point the
+    task at a local copy (`harness.runner.configs.check_hub_datasets`, as `harness.run eval=lm_eval` checks them)."""
+    import argparse
+
+    from evals.lmeval.eval import local_copy_hint
+    from evals.lmeval.task_types import task_hub_datasets
+    from harness.runner.configs import check_hub_datasets
+
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--tasks", "-t", nargs="+", default=[])
+    ap.add_argument("--include_path", default=None)
+    args, _ = ap.parse_known_args(argv)
+    tasks = [t for arg in args.tasks for t in arg.split(",") if t]
+    repos = task_hub_datasets(tasks, [args.include_path] if args.include_path else [])
+    check_hub_datasets(repos, "--tasks", lambda repo: local_copy_hint(repo, repos[repo], "--include_path"))
+
+
 def main(argv: list[str] | None = None) -> None:
     from lm_eval.__main__ import cli_evaluate
 
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
+    try:
+        check_cli_datasets(sys.argv[1:])
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     cli_evaluate()
 
 
