@@ -7,7 +7,8 @@ lm-eval's. `--model_args` keys:
 - `model` (a conf/model name), `sampler` (a conf/sampler name; default: the model's family's), `seed`, `chat`
   (render each context as one user message through the chat template; default false, as lm-eval without
   `--apply_chat_template`), `max_gen_toks`;
-- `mc_num`, `mc_batch`, `cfg_scale`, `greedy_check` (`eval.likelihood`, contract.scoring.LikelihoodConfig);
+- `mc_num`, `mc_batch`, `cfg_scale`, `cfg_uncond`, `greedy_check` (`eval.likelihood`,
+  contract.scoring.LikelihoodConfig);
 - `run_dir`: a folder for our per-request rows (resumable); default: rows kept in memory only;
 - any other key is a `model.<key>=<value>` override of the model's config (e.g. `path=...`, `device=cuda`).
 The decoder is built as `python -m harness.run model=<model> sampler=<sampler>` builds it (`build_decoder`, the same
@@ -46,7 +47,7 @@ def _bool(value) -> bool:
     return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
 
 
-_KNOB_TYPES = {"mc_num": int, "mc_batch": int, "cfg_scale": float, "greedy_check": _bool}
+_KNOB_TYPES = {"mc_num": int, "mc_batch": int, "cfg_scale": float, "cfg_uncond": str, "greedy_check": _bool}
 
 
 @register_model("dllm")
