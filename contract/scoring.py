@@ -12,6 +12,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+CFG_UNCOND = ("prompt", "context")  # the unconditional copy masks: the request's context | all a block conditions on
+
 
 @dataclass(frozen=True)
 class LikelihoodConfig:
@@ -20,13 +22,17 @@ class LikelihoodConfig:
     `mc_num`: Monte-Carlo samples per request (masked ELBO; LLaDA's eval uses 128, 1 for one-token answers);
     `mc_batch`: samples per forward (memory only: the estimate does not depend on it);
     `cfg_scale`: classifier-free guidance, logits = uncond + (scale + 1) (cond - uncond), the prompt masked for
-    uncond (LLaDA's `cfg`; 0 = off); `greedy_check`: compute lm-eval's `is_greedy` (masked: one more forward per
+    uncond (LLaDA's `cfg`; 0 = off); `cfg_uncond`: what the unconditional copy masks on a block-causal model, where
+    block j is scored given the prompt and blocks < j: `prompt` (the request's context only, the default) or
+    `context` (every token block j is conditioned on; equal on bidirectional models, docs/likelihood.md);
+    `greedy_check`: compute lm-eval's `is_greedy` (masked: one more forward per
     block); `batch_size`: requests per forward (AR and decision read).
     """
 
     mc_num: int = 128
     mc_batch: int = 32
     cfg_scale: float = 0.0
+    cfg_uncond: str = "prompt"
     greedy_check: bool = True
     batch_size: int = 8
 
@@ -37,6 +43,8 @@ class LikelihoodConfig:
             raise ValueError(f"eval.likelihood.mc_batch: must be >= 1, got {self.mc_batch}")
         if not self.cfg_scale >= 0 or math.isinf(self.cfg_scale):
             raise ValueError(f"eval.likelihood.cfg_scale: must be a finite number >= 0, got {self.cfg_scale}")
+        if self.cfg_uncond not in CFG_UNCOND:
+            raise ValueError(f"eval.likelihood.cfg_uncond: one of {'|'.join(CFG_UNCOND)}, got {self.cfg_uncond!r}")
         if self.batch_size < 1:
             raise ValueError(f"eval.likelihood.batch_size: must be >= 1, got {self.batch_size}")
 
@@ -55,7 +63,7 @@ class LikelihoodConfig:
 # which LikelihoodConfig keys each scoring method reads (the rest are reported as unused)
 USED_KNOBS = {
     "exact": ("batch_size",),
-    "mc_elbo": ("mc_num", "mc_batch", "cfg_scale", "greedy_check"),
+    "mc_elbo": ("mc_num", "mc_batch", "cfg_scale", "cfg_uncond", "greedy_check"),
     "decision_read": ("batch_size",),
 }
 

@@ -5,8 +5,12 @@ uniform offset k in 1..L per request, x_i = round(k + i L / mc_num) wrapped into
 spreads the counts over one Monte-Carlo batch; here over all `mc_num` samples, so the estimate does not depend on
 `mc_batch`), which positions at random. Each masked token's cross-entropy is divided by the masking probability
 x_i / L; the estimate is minus the mean over samples of their sums, its standard error the samples' standard
-deviation / sqrt(mc_num) (conservative: stratification makes the true error smaller). With `cfg_scale` > 0 each
-sample also runs with the context masked and logits = uncond + (scale + 1) (cond - uncond) (LLaDA's `cfg`).
+deviation / sqrt(mc_num) (measured accurate, 0.96-1.05 of the spread over seeds: docs/likelihood.md). With
+`cfg_scale` > 0 each sample also runs with the context masked and logits = uncond + (scale + 1) (cond - uncond)
+(LLaDA's `cfg`). On a block-causal model the unconditional copy of a block's row masks the request's context and
+keeps the earlier blocks (`cfg_uncond=prompt`: the blocks' unconditional terms add up to the answer's own ELBO
+without the prompt, as LLaDA's one-block uncond is), or masks those blocks too (`cfg_uncond=context`: LLaDA's recipe
+read per block, every token the block is conditioned on); docs/likelihood.md says why the first is the default.
 
 Block-causal models (LLaDA 2.x, SDAR) score each block of the continuation on its own, the context and the earlier
 blocks clean: a row per (sample, block) with only that block's tokens masked (later blocks are not attended), the
@@ -54,6 +58,7 @@ class _Row:
     sample: int  # -1: the greedy check's fully masked row
     masked: torch.Tensor  # (n,) bool over the continuation: the masked positions, all inside one block
     weight: float  # 1 / masking probability
+    start: int = 0  # where its block starts in the continuation (what comes before conditions it)
 
 
 class MaskedELBOScorer:
@@ -76,7 +81,7 @@ class MaskedELBOScorer:
         blocks = f"per block of {self.adapter.block_length}" if self.block_causal else "whole continuation"
         return {
             "method": self.method, "mc_num": c.mc_num, "mc_batch": c.mc_batch, "cfg_scale": c.cfg_scale,
-            "greedy_check": c.greedy_check, "stratified": "over mc_num", "blocks": blocks,
+            "cfg_uncond": c.cfg_uncond, "greedy_check": c.greedy_check, "stratified": "over mc_num", "blocks": blocks,
         }  # fmt: skip
 
     def blocks(self, ctx_len: int, total: int) -> list[list[int]]:
@@ -98,11 +103,12 @@ class MaskedELBOScorer:
             masks, counts = elbo_masks(req.seed, j, len(pos), self.cfg.mc_num)
             full = torch.zeros((self.cfg.mc_num, n), dtype=torch.bool)
             full[:, pos[0] - ctx : pos[-1] + 1 - ctx] = masks
-            rows += [_Row(i, full[i], len(pos) / float(counts[i])) for i in range(self.cfg.mc_num)]
+            start = pos[0] - ctx
+            rows += [_Row(i, full[i], len(pos) / float(counts[i]), start) for i in range(self.cfg.mc_num)]
             if self.cfg.greedy_check:
                 whole = torch.zeros(n, dtype=torch.bool)
-                whole[pos[0] - ctx : pos[-1] + 1 - ctx] = True
-                rows.append(_Row(-1, whole, 0.0))
+                whole[start : pos[-1] + 1 - ctx] = True
+                rows.append(_Row(-1, whole, 0.0, start))
         return rows
 
     def score_one(self, req: LikelihoodRequest) -> LikelihoodResult:
@@ -113,7 +119,7 @@ class MaskedELBOScorer:
         for lo in range(0, len(rows), self.cfg.mc_batch):
             chunk = rows[lo : lo + self.cfg.mc_batch]
             masked = torch.stack([r.masked for r in chunk])
-            tok, hit = self.token_logprobs(seq, len(req.context_ids), masked)
+            tok, hit = self.token_logprobs(seq, len(req.context_ids), masked, [r.start for r in chunk])
             forwards += len(chunk) * (2 if self.cfg.cfg_scale > 0 else 1)
             sample = torch.tensor([r.sample for r in chunk])
             weight = torch.tensor([r.weight for r in chunk], dtype=torch.float64)
@@ -134,15 +140,21 @@ class MaskedELBOScorer:
             mc_num=n,
         )
 
-    def token_logprobs(self, seq: list[int], ctx_len: int, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def token_logprobs(
+        self, seq: list[int], ctx_len: int, masked: torch.Tensor, starts: list[int] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """For rows with `masked` (R, n) continuation positions replaced by the mask id (and guidance, if on): the
-        (R, n) float32 log-probabilities of the continuation's tokens and whether each is the argmax."""
+        (R, n) float32 log-probabilities of the continuation's tokens and whether each is the argmax. `starts`: each
+        row's block start in the continuation (`cfg_uncond=context` masks up to it in the unconditional copy)."""
         a = self.adapter
         ids = torch.tensor(seq).repeat(masked.shape[0], 1)
         ids[:, ctx_len:][masked] = a.mask_id
         if self.cfg.cfg_scale > 0:
             uncond = ids.clone()
             uncond[:, :ctx_len] = a.mask_id
+            if self.cfg.cfg_uncond == "context":  # the earlier answer blocks too: all that conditions the block
+                for r, start in enumerate(starts or [0] * len(uncond)):
+                    uncond[r, ctx_len : ctx_len + start] = a.mask_id
             ids = torch.cat([ids, uncond])
         logits = self.logits(ids.to(a.device), len(seq) - ctx_len + self.shift)[:, : len(seq) - ctx_len]
         if self.cfg.cfg_scale > 0:

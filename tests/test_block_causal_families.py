@@ -231,13 +231,44 @@ def _sdar_generate(model, prompt, block, g, steps, thr, stops, mask) -> list[int
 @pytest.mark.parametrize("block", [4, 8])
 def test_hidden_tail_equals_llada2_pipeline_reading_its_mask_as_transformers(checkpoints, block, context):
     """`tail=hidden`: ours at batch 1 and 3 equals LLaDA2Pipeline token for token and forward for forward (editing
-    on, so no no-op forward), on prompts whose last block runs 1 to block - 1 positions past the request."""
+    on, so no no-op forward), on prompts whose last block runs 1 to block - 1 positions past the request; the default
+    `tail=visible` does not."""
     eos = _frequent_token(checkpoints[block], block)
     ad = _adapter(checkpoints[block], "hidden", context, eos)
     reqs = _requests(ad, block, 21)
     cfg = BlockRefinementConfig(threshold=0.8, editing_threshold=0.5, steps_per_block=4)
+    theirs = [_pipeline(ad, block, q.prompt_ids, q.max_new_tokens, cfg, eos) for q in reqs]
+    for q, o, t in zip(reqs, _ours(ad, cfg, reqs), theirs, strict=True):
+        assert (o.token_ids, o.nfe) == t, q.sample_id
+    # the shipped default, `tail: visible` (LLaDA 2.1's own generate's rule, and SDAR's), is not the pipeline's: it
+    # attends the tail and decodes a prompt of these otherwise (docs/masked.md, "Checked against diffusers")
+    for name in ("llada2_mini", "tiny_masked", "sdar"):
+        assert yaml.safe_load((CONF / f"{name}.yaml").read_text())["tail"] == "visible"
+    if context == "recompute":
+        return  # the visible rule decodes the same on both paths (tests/test_masked_decode.py): checked once
+    visible = _ours(_adapter(checkpoints[block], "visible", context, eos), cfg, reqs)
+    assert any((v.token_ids, v.nfe) != t for v, t in zip(visible, theirs, strict=True))
+
+
+PIPELINE_SETTINGS = {  # more of the pipeline's settings than the test above's (threshold 0.8, editing 0.5)
+    "off0.9": dict(threshold=0.9, editing_threshold=None),
+    "edit0.3-post2": dict(threshold=0.5, editing_threshold=0.3, max_post_steps=2),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PIPELINE_SETTINGS))
+@pytest.mark.parametrize("block", [4, 8])
+def test_tail_hidden_equals_the_pipeline_at_other_settings(checkpoints, block, name):
+    """`tail=hidden` against LLaDA2Pipeline at more settings (13 new tokens): token for token, and forward for forward
+    with editing on (off, the pipeline spends a no-op forward on a block whose masks are all filled)."""
+    eos = _frequent_token(checkpoints[block], block)
+    cfg = BlockRefinementConfig(steps_per_block=4, **PIPELINE_SETTINGS[name])
+    ad = _adapter(checkpoints[block], "hidden", "cache", eos)
+    reqs = _requests(ad, block, 13)
     for q, o in zip(reqs, _ours(ad, cfg, reqs), strict=True):
-        assert (o.token_ids, o.nfe) == _pipeline(ad, block, q.prompt_ids, q.max_new_tokens, cfg, eos), q.sample_id
+        tokens, nfe = _pipeline(ad, block, q.prompt_ids, q.max_new_tokens, cfg, eos)
+        assert o.token_ids == tokens and (cfg.editing_threshold is None or o.nfe == nfe), q.sample_id
 
 
 # --------------------------------------------------------------------------------------------------

@@ -119,16 +119,22 @@ def test_parallelbench_export_of_a_sweep_without_its_tasks_says_so(sweep):
         export(["parallelbench", str(sweep)])
 
 
+def echo_task(folder: Path) -> Path:
+    """The made-up generative lm-eval task `dg_echo` (tests/fixtures/lm_eval) on three local documents."""
+    data = folder / "echo.jsonl"
+    data.write_text("".join(json.dumps({"word": w}) + "\n" for w in ("alpha", "beta", "gamma")))
+    tasks = folder / "tasks"
+    tasks.mkdir()
+    fixture = Path(__file__).parent / "fixtures" / "lm_eval" / "echo_task.yaml"
+    (tasks / "echo_task.yaml").write_text(fixture.read_text().replace("PLACEHOLDER", json.dumps(str(data))))
+    return tasks
+
+
 def test_eee_record_of_an_lm_eval_run_validates(tmp_path, tiny_diffusion_dir):
     from harness.run import run
     from tests.helpers.app import compose_app
 
-    data = tmp_path / "echo.jsonl"
-    data.write_text("".join(json.dumps({"word": w}) + "\n" for w in ("alpha", "beta", "gamma")))
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    fixture = Path(__file__).parent / "fixtures" / "lm_eval" / "echo_task.yaml"
-    (tasks / "echo_task.yaml").write_text(fixture.read_text().replace("PLACEHOLDER", json.dumps(str(data))))
+    tasks = echo_task(tmp_path)
     args = [f"model.path={tiny_diffusion_dir}", "eval=lm_eval", "eval.tasks=[dg_echo]", f"eval.include_path=[{tasks}]"]
     args += ["eval.include_defaults=false", "eval.apply_chat_template=false", "sampler.max_steps=2"]
     run(compose_app(*args), tmp_path / "runs" / "echo")
@@ -139,3 +145,100 @@ def test_eee_record_of_an_lm_eval_run_validates(tmp_path, tiny_diffusion_dir):
     assert {"quality", "tpf", "lm_eval/dg_echo/exact_match,none"} <= ids
     card = json.loads((tmp_path / "runs" / "echo" / "run_card.json").read_text())
     assert card["prompts"]["task_files"] and card["environment"]["lm_eval"]
+
+
+# issue 54 item 8: likelihood runs (lm-eval's multiple-choice tasks) of every family, in a sweep with a generation run
+LIKELIHOOD = {"tiny_ar": "exact", "tiny_masked": "mc_elbo", "tiny_diffusion": "decision_read"}
+
+
+@pytest.fixture(scope="module")
+def mixed_sweep(tmp_path_factory):
+    """One sweep dir: the arc / hellaswag stand-ins (tests/helpers/likelihood_tasks.py, 2 questions each) scored by
+    each family's scorer, and a generation run (`dg_echo`) beside them."""
+    from harness.run import run
+    from models.tiny import build_ar, build_diffusion, build_masked
+    from tests.helpers.app import compose_app
+    from tests.helpers.likelihood_tasks import write_tasks
+
+    root = tmp_path_factory.mktemp("mixed")
+    ll_tasks = root / "ll_tasks"
+    ll_tasks.mkdir()
+    write_tasks(ll_tasks)
+    paths = {"tiny_ar": build_ar(root / "ar"), "tiny_masked": build_masked(root / "masked", block_length=4),
+             "tiny_diffusion": build_diffusion(root / "diffusion", canvas_length=8)}  # fmt: skip
+    common = ["eval=lm_eval", "eval.include_defaults=false", "eval.apply_chat_template=false", "eval.limit=2"]
+    for model, path in paths.items():
+        args = [f"model={model}", f"model.path={path}", "eval.tasks=[dg_arc_challenge,dg_hellaswag]"]
+        run(compose_app(*args, *common, f"eval.include_path=[{ll_tasks}]", "eval.likelihood.mc_num=4"),
+            root / "sweep" / f"ll_{model}")  # fmt: skip
+    gen = [f"model.path={paths['tiny_diffusion']}", "eval.tasks=[dg_echo]", "sampler.max_steps=2"]
+    run(compose_app(*gen, *common, f"eval.include_path=[{echo_task(root)}]"), root / "sweep" / "gen_echo")
+    return root / "sweep"
+
+
+def _stored(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+def test_eee_writes_likelihood_runs_of_every_family_and_the_generation_run(mixed_sweep, tmp_path):
+    files = export(["eee", str(mixed_sweep), "--out", str(tmp_path)])
+    records = {Path(r["source_metadata"]["additional_details"]["run_dir"]).name: r for r in map(_validate, files)}
+    assert set(records) == {f"ll_{m}" for m in LIKELIHOOD} | {"gen_echo"}
+    for model, method in LIKELIHOOD.items():
+        record = records[f"ll_{model}"]
+        results = {r["evaluation_result_id"]: r for r in record["evaluation_results"]}
+        stored = _stored(mixed_sweep / f"ll_{model}")
+        assert results["quality"]["score_details"]["score"] == pytest.approx(stored["quality"])
+        assert results["quality"]["score_details"]["uncertainty"]["num_samples"] == 2  # questions, not requests
+        assert {"lm_eval/dg_arc_challenge/acc,none", "lm_eval/dg_hellaswag/acc_norm,none"} <= set(results)
+        assert "tpf" not in results and "tokens_per_second" not in results  # nothing generated
+        details = results["quality"]["generation_config"]["additional_details"]
+        assert details["likelihood.method"] == method and not any(k.startswith("sampler.") for k in details)
+    assert "tpf" in {r["evaluation_result_id"] for r in records["gen_echo"]["evaluation_results"]}
+
+
+@pytest.mark.slow
+def test_hf_writes_likelihood_runs_of_every_family(mixed_sweep, tmp_path):
+    files = export(["hf", str(mixed_sweep), "--out", str(tmp_path), "--hf-dataset", "lm_eval=allenai/ai2_arc:ARC"])
+    assert len(files) == 4
+    entries = {p: yaml.safe_load(p.read_text())[0] for p in files}
+    scored = {p.parts[-3]: e for p, e in entries.items() if "scored by likelihood" in e["notes"]}
+    assert set(scored) == set(LIKELIHOOD)  # the fourth: the generation run, with its sampler and TPF
+    for model, method in LIKELIHOOD.items():
+        entry = scored[model]
+        assert entry["value"] == pytest.approx(100 * _stored(mixed_sweep / f"ll_{model}")["quality"])
+        assert f"scored by likelihood: {method} (" in entry["notes"] and "TPF" not in entry["notes"]
+        assert "2 questions" in entry["notes"]
+
+
+@pytest.mark.slow
+def test_d3llm_writes_likelihood_runs_beside_the_generation_run(mixed_sweep, tmp_path):
+    csv_path, points_path = export(["d3llm", str(mixed_sweep), "--out", str(tmp_path)])
+    lines = list(csv.reader(csv_path.open(encoding="utf-8")))
+    tasks = [t for t in lines[1][2:] if t]
+    cells = {line[1]: line[2:] for line in lines[3:]}
+    assert set(cells) == {f"{m} ({method})" for m, method in LIKELIHOOD.items()} | {"tiny_diffusion"}
+    for model, method in LIKELIHOOD.items():
+        row = cells[f"{model} ({method})"]
+        k = 4 * next(i for i, t in enumerate(tasks) if row[4 * i + 1])
+        assert row[k] == row[k + 2] == row[k + 3] == ""  # no TPF, no AUP: nothing was decoded
+        assert float(row[k + 1]) == pytest.approx(100 * _stored(mixed_sweep / f"ll_{model}")["quality"], abs=5e-3)
+    assert float(next(c for c in cells["tiny_diffusion"] if c)) > 0  # the generation run: its TPF first
+    points = yaml.safe_load(points_path.read_text())
+    assert [list(p) for p in points.values()] == [["tiny_diffusion"]]
+
+
+@pytest.mark.slow
+def test_a_likelihood_run_stored_before_rows_named_their_task_still_exports(mixed_sweep, tmp_path):
+    """Runs scored before `doc_row` wrote `task` read the task from the row's sample id `<task>/<doc_id>`."""
+    import shutil
+
+    copy = tmp_path / "old"
+    shutil.copytree(mixed_sweep / "ll_tiny_masked", copy)
+    scored = copy / "samples_scored.jsonl"
+    rows = [json.loads(line) for line in scored.read_text().splitlines()]
+    assert all(r["task"] == r["sample_id"].split("/")[0] for r in rows)
+    scored.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "task"}) + "\n" for r in rows))
+    (path,) = export(["eee", str(copy), "--out", str(tmp_path / "eee")])
+    assert _validate(path)["evaluation_results"][0]["score_details"]["score"] == pytest.approx(_stored(copy)["quality"])

@@ -260,3 +260,105 @@ def test_elbo_bench_quick_same_estimates(tmp_path):
     assert payload["rows"] and all(r["max_abs_diff"] < 1e-4 for r in payload["rows"])
     assert (tmp_path / "likelihood_bench.json").exists()
     assert likelihood_bench.summary_rows(payload)[0]["bench"] == "masked_elbo"
+
+
+# issue 54 item 3: guidance on block-causal models, against LLaDA's own recipe re-implemented here (ML-GSAI/LLaDA
+# @b7e6c35, get_log_likelihood.py: forward_process, get_logits, get_log_likelihood) with the model's own forward.
+# Only the random draw is ours (the masks of `elbo_masks`, as LLaDA's forward_process would draw its own); which
+# tokens are masked for the unconditional copy, the attention, the weights and the sums are the reference's.
+CFG_REQS = [*REQS[::2], LikelihoodRequest("d", [5, 6, 7], list(range(20, 33)), seed=9)]  # 2-4 blocks of 4
+
+
+def attention_bias(t: int, block: int | None) -> torch.Tensor:
+    """The model's additive 4D mask: bidirectional (block None), or block-causal (a query sees its block and those
+    before it)."""
+    pos = torch.arange(t)
+    if block is None:
+        return torch.zeros((1, 1, t, t))
+    seen = (pos[None, :] // block) <= (pos[:, None] // block)
+    return torch.zeros((1, 1, t, t)).masked_fill(~seen, torch.finfo(torch.float32).min)
+
+
+def llada_get_log_likelihood(model, prompt, answer, masks, mask_id, cfg_scale, uncond_len, block):
+    """LLaDA's get_log_likelihood for one (prompt, answer) with forward_process's draws given (`masks`, (b, l2)):
+    p_mask = x / target_len; get_logits masks `prompt_index` (the first `uncond_len` tokens) in the unconditional
+    copy and mixes un + (cfg + 1) (cond - un); cross-entropy over the masked tokens / p_mask, summed, / b."""
+    seq = torch.cat([prompt, answer])[None].repeat(masks.shape[0], 1)
+    is_mask = torch.cat([torch.zeros((masks.shape[0], len(prompt)), dtype=torch.bool), masks], dim=1)
+    perturbed = torch.where(is_mask, mask_id, seq)
+    p_mask = (masks.sum(1) / len(answer))[:, None].repeat(1, seq.shape[1])
+    mask_index = perturbed == mask_id
+    batch = perturbed
+    if cfg_scale > 0:
+        un = perturbed.clone()
+        un[:, :uncond_len] = mask_id
+        batch = torch.cat([perturbed, un])
+    logits = model(input_ids=batch, attention_mask=attention_bias(seq.shape[1], block)).logits
+    if cfg_scale > 0:
+        logits, un_logits = torch.chunk(logits, 2, dim=0)
+        logits = un_logits + (cfg_scale + 1) * (logits - un_logits)
+    loss = torch.nn.functional.cross_entropy(logits[mask_index].float(), seq[mask_index], reduction="none")
+    return -float((loss / p_mask[mask_index]).sum() / masks.shape[0])
+
+
+def reference_elbo(model, req, mask_id, cfg_scale, uncond, block, mc_num):
+    """The continuation cut into the attention blocks it spans (one piece on a bidirectional model, block None);
+    piece j is LLaDA's answer and everything before it LLaDA's prompt (later pieces are not in the sequence); the
+    unconditional copy masks the request's context (`uncond=prompt`) or the whole prompt of the piece (`context`)."""
+    from models.likelihood_masked import elbo_masks
+
+    seq = torch.tensor(req.context_ids + req.continuation_ids)
+    ctx = len(req.context_ids)
+    cuts = [ctx, len(seq)] if block is None else [ctx, *range((ctx // block + 1) * block, len(seq), block), len(seq)]
+    total = 0.0
+    for j, (lo, hi) in enumerate(zip(cuts, cuts[1:])):
+        masks, _ = elbo_masks(req.seed, j, hi - lo, mc_num)
+        uncond_len = ctx if uncond == "prompt" else lo
+        total += llada_get_log_likelihood(model, seq[:lo], seq[lo:hi], masks, mask_id, cfg_scale, uncond_len, block)
+    return total
+
+
+def guided_differences(masked_dir, mc_num=16) -> dict[tuple[str, str, float], dict[str, float]]:
+    """{(attention, cfg_uncond, cfg_scale): {request: ours - reference}} over CFG_REQS."""
+    out = {}
+    for attention in ("block_causal", "bidirectional"):
+        a = masked(masked_dir, attention)
+        block = a.block_length if attention == "block_causal" else None
+        for uncond in ("prompt", "context"):
+            for cfg in (0.0, 0.5, 2.0):
+                conf = LikelihoodConfig(mc_num=mc_num, mc_batch=7, cfg_scale=cfg, cfg_uncond=uncond, greedy_check=False)
+                ours = {r.sample_id: r.logprob for r in scorer_for(a, conf).score(CFG_REQS)}
+                with torch.no_grad():
+                    ref = {r.sample_id: reference_elbo(a.model, r, a.mask_id, cfg, uncond, block, mc_num)
+                           for r in CFG_REQS}  # fmt: skip
+                out[(attention, uncond, cfg)] = {k: ours[k] - ref[k] for k in ours} | {"_ours": ours}
+    return out
+
+
+@pytest.mark.slow  # 24 configurations x 3 requests, ours and the reference (about 5 s)
+def test_guidance_equals_llada_recipe_under_either_unconditional_rule(masked_dir):
+    diffs = guided_differences(masked_dir)
+    for key, d in diffs.items():
+        worst = max(abs(v) for k, v in d.items() if k != "_ours")
+        assert worst < 1e-4, (key, d)
+    for cfg in (0.5, 2.0):  # the rules differ on block-causal models, and only there, only with guidance
+        prompt, context = (diffs[("block_causal", u, cfg)]["_ours"] for u in ("prompt", "context"))
+        bc = [abs(prompt[r] - context[r]) for r in ("a", "d")]
+        assert min(bc) > 1e-2, bc
+        assert diffs[("bidirectional", "prompt", cfg)]["_ours"] == diffs[("bidirectional", "context", cfg)]["_ours"]
+    assert diffs[("block_causal", "prompt", 0.0)]["_ours"] == diffs[("block_causal", "context", 0.0)]["_ours"]
+
+
+def test_cfg_uncond_is_checked_before_any_model_loads():
+    with pytest.raises(ValueError, match=r"eval.likelihood.cfg_uncond: one of prompt\|context, got 'answer'"):
+        LikelihoodConfig(cfg_uncond="answer")
+    with pytest.raises(ValueError, match="cfg_uncond"):
+        LikelihoodConfig.from_dict({"cfg_scale": 0.5, "cfg_uncond": "none"})
+    from hydra.utils import instantiate
+
+    from tests.helpers.app import compose_app
+
+    ev = instantiate(compose_app("model=tiny_masked", "eval=lm_eval", "eval.likelihood.cfg_uncond=context").eval)
+    assert ev.likelihood.cfg_uncond == "context"  # the eval is built in preflight, before the model
+    with pytest.raises(Exception, match="eval.likelihood.cfg_uncond"):
+        instantiate(compose_app("model=tiny_masked", "eval=lm_eval", "eval.likelihood.cfg_uncond=both").eval)

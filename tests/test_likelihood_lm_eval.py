@@ -178,3 +178,55 @@ def test_llada_base_presets(task, shots, mc_num, cfg_scale):
     ev = instantiate(cfg.eval)
     assert ev.tasks == [task] and ev.num_fewshot == shots and ev.apply_chat_template is False
     assert (ev.likelihood.mc_num, ev.likelihood.cfg_scale, ev.likelihood.greedy_check) == (mc_num, cfg_scale, False)
+
+
+# issue 54 item 9: offline, a task's hub data set is checked before any model loads, for both entry points
+
+
+@pytest.mark.slow  # indexes lm-eval's 14,000 task files (about 1 s)
+def test_task_hub_datasets_read_from_the_yamls(tasks):
+    from evals.lmeval.task_types import task_hub_datasets
+
+    folder, names = tasks
+    found = task_hub_datasets(["arc_challenge", "hellaswag", "mmlu"])
+    assert found["allenai/ai2_arc"] == ["arc_challenge"] and found["Rowan/hellaswag"] == ["hellaswag"]
+    assert len(found["cais/mmlu"]) == 57  # a group: every member task's set
+    # the stand-ins include the built-in YAMLs but read local files (`dataset_path: json`): nothing from the hub
+    assert task_hub_datasets(names, [str(folder)], include_defaults=False) == {}
+    assert task_hub_datasets(names, [str(folder)]) == {}
+
+
+def offline_env(tmp_path: Path) -> dict[str, str]:
+    hf = tmp_path / "hf_home"  # an empty cache
+    return {**app_env(), "HF_HUB_OFFLINE": "1", "HF_HOME": str(hf), "HF_DATASETS_CACHE": str(hf / "datasets")}
+
+
+@pytest.mark.slow
+def test_offline_harness_run_names_the_missing_data_set_before_the_model_loads(model_paths, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.run", "model=tiny_ar", f"model.path={model_paths['tiny_ar']}", "eval=lm_eval",
+         "eval.tasks=[arc_challenge]", f"paths.output_dir={tmp_path / 'out'}"],
+        cwd=REPO, env=offline_env(tmp_path), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    line = proc.stderr.strip().splitlines()[-3]  # Hydra's report of a config error ends with it and its hint
+    assert line.startswith("ValueError: eval=lm_eval: the hub data set allenai/ai2_arc is not in this machine's cache")
+    assert "HF_HUB_OFFLINE=1" in line and "point arc_challenge at a local copy" in line and "dataset_path: json" in line
+    assert "ConnectionError" not in proc.stderr and "Loading weights" not in proc.stderr
+    assert not list(tmp_path.rglob("samples.jsonl"))
+
+
+@pytest.mark.slow
+def test_offline_lm_eval_command_line_fails_in_one_line(model_paths, tasks, tmp_path):
+    folder, _ = tasks
+    argv = ["--model", "dllm", "--model_args", f"model=tiny_ar,path={model_paths['tiny_ar']}", "--limit", "1",
+            "--device", "cpu", "--include_path", str(folder)]  # fmt: skip
+    cli = [sys.executable, "-m", "harness.runner.lmeval_cli", *argv]
+    env = offline_env(tmp_path)
+    proc = subprocess.run([*cli, "--tasks", "dg_piqa,hellaswag"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith("error: --tasks: the hub data set Rowan/hellaswag is not in this machine's cache")
+    assert "point hellaswag at a local copy: a task YAML in a folder named by --include_path" in proc.stderr
+    ok = subprocess.run([*cli, "--tasks", "dg_piqa"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-3000:]  # a local copy of the task (the stand-in) runs offline

@@ -39,6 +39,9 @@ class GPQAEval(LmEvalEval):
         """The gated hub set the built-in task reads (none in local mode): checked for access before loading."""
         return [] if self.data_files else [d for d in [hub_dataset(self.task)] if d]
 
+    def local_copy_hint(self, repo: str) -> str:
+        return "or point the eval at a local copy in GPQA's schema: eval.data_files=my_gpqa.jsonl (docs/evals.md)"
+
     def task_source(self, run_dir: Path) -> tuple[list[str], list[str]]:
         if self.data_files:
             src = local_task_yaml(self.task, self.data_files, Path(run_dir) / LOCAL_TASKS_DIR)

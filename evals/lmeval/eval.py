@@ -90,6 +90,18 @@ class LmEvalEval(Eval):
     def score(self, item: EvalItem, text: str) -> dict[str, Any]:
         raise NotImplementedError("LmEvalEval samples are scored by lm-eval; call run()")
 
+    def hub_datasets(self) -> list[str]:
+        """The hub data sets its tasks read (their YAMLs' `dataset_path`, `evals.lmeval.task_types`): checked before
+        any model loads (`harness.runner.configs.check_eval_hub_access`), since lm-eval reads them only after."""
+        from evals.lmeval.task_types import task_hub_datasets
+
+        self._hub_tasks = task_hub_datasets(self.tasks, self.include_path, self.include_defaults)
+        return list(self._hub_tasks)
+
+    def local_copy_hint(self, repo: str) -> str:
+        """How to run a task on a local copy of `repo` (the offline refusal's last words)."""
+        return local_copy_hint(repo, getattr(self, "_hub_tasks", {}).get(repo, []), "eval.include_path")
+
     def task_source(self, run_dir: Path) -> tuple[list[str], list[str]]:
         """(task names, include paths) for this run; subclasses may generate task YAMLs under `run_dir`."""
         return self.tasks, self.include_path
@@ -237,6 +249,17 @@ class LmEvalEval(Eval):
             "unclosed_thought_rate": sum(bool(r.get("unclosed_thought")) for r in rows) / n if n else 0.0,
             "with_thought": sum(bool(r.get("has_thought")) for r in rows),
         }
+
+
+def local_copy_hint(repo: str, tasks: list[str], include_flag: str) -> str:
+    """A task on a local copy of its hub set: a task YAML of its own that includes the built-in one and reads a file."""
+    task = tasks[0] if tasks else "<task>"
+    more = f" (and {len(tasks) - 1} more tasks)" if len(tasks) > 1 else ""
+    return (
+        f"or point {task}{more} at a local copy: a task YAML in a folder named by {include_flag} with "
+        f"`include: <{task}'s YAML>`, `task: my_{task}`, `dataset_path: json`, `dataset_name: null` and "
+        "`dataset_kwargs: {data_files: {test: my_copy.jsonl}}` (the task's split names; docs/evals.md)"
+    )
 
 
 def _no_match(answer: Any) -> bool:

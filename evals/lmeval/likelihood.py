@@ -110,6 +110,8 @@ def doc_row(task: str, doc_id: int, rows: list[dict[str, Any]], scored: dict[str
     keep = ("choice", "logprob", "stderr", "is_greedy", "tokens", "forwards", "mc_num", "wall_time_s")
     return {
         "sample_id": f"{task}/{doc_id}",
+        "task": task,
+        "doc_id": doc_id,
         "request": "loglikelihood",
         "method": rows[0]["method"],
         "item_sha": items_sha([r["item_sha"] for r in rows]),

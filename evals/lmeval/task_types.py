@@ -5,6 +5,7 @@ check needs neither. Here the task folders (`include_path` first, then lm-eval's
 YAML defines (`task:`, `group:`, `tag:`), and a name resolves to its files: a group to its members, a tag to its
 tagged tasks, a task to its `output_type` (following `include:`; lm-eval's default is `generate_until`).
 `multiple_choice` and `loglikelihood` tasks send loglikelihood requests only: no request of theirs reaches a sampler.
+The same files say which hub data set each task reads (`dataset_path`), checked before a model loads (offline).
 """
 
 from __future__ import annotations
@@ -54,24 +55,29 @@ def _load(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _output_type(path: Path, depth: int = 0) -> str:
+def _field(path: Path, key: str, depth: int = 0):
+    """A task YAML's `key`, following its `include:` chain (the including file's own value wins); None if unset."""
     data = _load(path)
-    if data.get("output_type"):
-        return str(data["output_type"])
+    if data.get(key) is not None:
+        return data[key]
     inc = data.get("include")
-    if inc and depth < 8:
+    if isinstance(inc, str) and depth < 8:
         target = Path(inc) if Path(inc).is_absolute() else path.parent / inc
         if target.is_file():
-            return _output_type(target, depth + 1)
-    return "generate_until"
+            return _field(target, key, depth + 1)
+    return None
 
 
-def _resolve(name: str, index: dict[str, list[Path]], seen: set[str]) -> dict[str, str]:
-    """{task name: output_type} of every task `name` stands for (itself, a group's members, a tag's tasks)."""
+def _output_type(path: Path) -> str:
+    return str(_field(path, "output_type") or "generate_until")  # lm-eval's default
+
+
+def _resolve(name: str, index: dict[str, list[Path]], seen: set[str]) -> dict[str, Path]:
+    """{task name: its YAML} of every task `name` stands for (itself, a group's members, a tag's tasks)."""
     if name in seen:
         return {}
     seen.add(name)
-    out: dict[str, str] = {}
+    out: dict[str, Path] = {}
     for path in index.get(name, []):
         data = _load(path)
         tags = data.get("tag")
@@ -83,20 +89,57 @@ def _resolve(name: str, index: dict[str, list[Path]], seen: set[str]) -> dict[st
                 if isinstance(sub, str):
                     out.update(_resolve(sub, index, seen))
         elif data.get("task") == name or name in tags:
-            out[str(data.get("task", name))] = _output_type(path)
+            out.setdefault(str(data.get("task", name)), path)
         if out and data.get("task") == name:
             break  # the first folder's definition wins, as include_path overrides lm-eval's own
     return out
 
 
-def output_types(tasks: list[str], include_path: list[str] = (), include_defaults: bool = True) -> dict[str, dict]:
-    """{requested name: {task: output_type}}; an unknown name maps to {} (lm-eval itself refuses it later)."""
+def task_files(tasks: list[str], include_path: list[str] = (), include_defaults: bool = True) -> dict[str, dict]:
+    """{requested name: {task: its YAML file}}; an unknown name maps to {} (lm-eval itself refuses it later)."""
     folders = [*map(str, include_path)] + ([str(_lmeval_tasks_dir())] if include_defaults else [])
     index = _index(tuple(folders))
     return {t: _resolve(t, index, set()) for t in tasks}
+
+
+def output_types(tasks: list[str], include_path: list[str] = (), include_defaults: bool = True) -> dict[str, dict]:
+    """{requested name: {task: output_type}}; an unknown name maps to {} (lm-eval itself refuses it later)."""
+    found = task_files(tasks, include_path, include_defaults)
+    return {t: {task: _output_type(path) for task, path in files.items()} for t, files in found.items()}
 
 
 def likelihood_only(tasks: list[str], include_path: list[str] = (), include_defaults: bool = True) -> list[str]:
     """The requested names all of whose tasks send loglikelihood requests only (none reaches a sampler)."""
     types = output_types(tasks, include_path, include_defaults)
     return [t for t, found in types.items() if found and set(found.values()) <= LIKELIHOOD_TYPES]
+
+
+# `dataset_path` values that name a `datasets` loader of local files (with `dataset_kwargs.data_files`), not a hub set
+LOCAL_LOADERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas", "xml", "sql", "webdataset"})
+
+
+def hub_dataset_of(path: Path) -> str | None:
+    """The hub data set a task YAML reads (`dataset_path`, through its `include:` chain), or None: no dataset_path
+    (a Python task), a local loader (`json` + `data_files`), or a local folder."""
+    ds = _field(path, "dataset_path")
+    if not isinstance(ds, str) or not ds or ds in LOCAL_LOADERS:
+        return None
+    if Path(ds).expanduser().exists() or (path.parent / ds).exists():
+        return None
+    return ds
+
+
+def task_hub_datasets(tasks: list[str], include_path: list[str] = (), include_defaults: bool = True) -> dict:
+    """{hub data set id: [the tasks that read it]} for every task the requested names stand for, as the YAMLs
+    say (torch-free, nothing loaded): what a run needs from the hub, to check before any model loads."""
+    out: dict[str, list[str]] = {}
+    for name in tasks:
+        files = task_files([name], include_path, include_defaults)[name]
+        if not files and Path(name).is_file():  # lm-eval also takes a task YAML's path
+            files = {Path(name).stem: Path(name)}
+        for task, path in files.items():
+            if ds := hub_dataset_of(path):
+                out.setdefault(ds, [])
+                if task not in out[ds]:
+                    out[ds].append(task)
+    return out

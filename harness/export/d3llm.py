@@ -15,6 +15,9 @@ Two files:
   the fastest point is among them: the leaderboard's `get_aup` asserts on such a method and gives no AUP; ours
   scores the kept points). Each such front is also a warning.
 
+A likelihood run (lm-eval's multiple-choice tasks, scored without decoding) is a line of its own, `<model> (<scoring
+method>)`, with its accuracy and empty TPF, AUP and slowest-point cells: it has no TPF, so no point to integrate.
+
 TPF and accuracy are recounted from each run's samples (`harness.export.runs`), and the AUP goes through the one AUP
 path of the summary (`harness.analysis.fronts.annotate_fronts`, `harness.analysis.aup`): the export's AUP is the
 summary's. Tasks are our eval names (the eval identity where one name covers several item sets).
@@ -23,8 +26,10 @@ summary's. Tasks are our eval names (the eval identity where one name covers sev
 from __future__ import annotations
 
 import csv
+import math
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -45,9 +50,11 @@ def task_names(table: pd.DataFrame) -> dict[str, str]:
 def leaderboard_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[str, list[list[float]]]], dict]:
     """One row per (method, task): TPF, Acc (percent) of the fastest kept front point, AUP, Acc of the slowest; the
     points per task and method; and the dropped points where there are any (warned about). `table`'s `tpf` and
-    `quality` are the ones the AUP is computed from."""
-    marked, _ = annotate_fronts(table)
-    names = task_names(marked)
+    `quality` are the ones the AUP is computed from; its likelihood-only runs (`scoring`) get rows of their own
+    (`likelihood_rows`)."""
+    scored = table["scoring"].notna() if "scoring" in table else pd.Series(False, index=table.index)
+    names = task_names(table)
+    marked, _ = annotate_fronts(table[~scored])
     rows, points, dropped = [], {}, {}
     for (model, ev), g in marked[marked["on_front"]].groupby(["model", "eval"], sort=True):
         g = g[g["tpf"] > 0].dropna(subset=["quality"])
@@ -78,7 +85,22 @@ def leaderboard_rows(table: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, dict[
             }
         )
         points.setdefault(task, {})[str(model)] = [[float(a), float(b)] for a, b in zip(x, y)]
+    rows += likelihood_rows(table[scored], names)
     return pd.DataFrame(rows, columns=["method", "task", "tpf", "acc", "aup", "acc_slowest"]), points, dropped
+
+
+def likelihood_rows(table: pd.DataFrame, names: dict[str, str]) -> list[dict[str, Any]]:
+    """A likelihood run (lm-eval's multiple-choice tasks scored, nothing generated) has an accuracy but no TPF, so no
+    point on a front and no AUP: one row per run, `<model> (<scoring method>)` (with its run name where the model
+    has several such runs on the task), its TPF, AUP and slowest-point cells empty; none in the points file."""
+    rows = []
+    for (model, ev), g in table.dropna(subset=["quality"]).groupby(["model", "eval"], sort=True):
+        for _, r in g.iterrows():
+            method = f"{model} ({r['scoring']})" + (f" {r['run_name']}" if len(g) > 1 else "")
+            nan = math.nan
+            rows.append({"method": method, "task": names[ev], "tpf": nan, "acc": 100 * float(r["quality"]),
+                         "aup": nan, "acc_slowest": nan})  # fmt: skip
+    return rows
 
 
 def write_leaderboard_csv(rows: pd.DataFrame, section: str, path: Path) -> Path:
@@ -95,11 +117,15 @@ def write_leaderboard_csv(rows: pd.DataFrame, section: str, path: Path) -> Path:
             for t in tasks:
                 if t in by_task.index:
                     r = by_task.loc[t]
-                    cells += [f"{r['tpf']:.2f}", f"{r['acc']:.2f}", f"{r['aup']:.4f}", f"{r['acc_slowest']:.2f}"]
+                    cells += [_cell(r["tpf"], 2), _cell(r["acc"], 2), _cell(r["aup"], 4), _cell(r["acc_slowest"], 2)]
                 else:
                     cells += [""] * 4
             w.writerow(["", method, *cells])
     return path
+
+
+def _cell(value: float, digits: int) -> str:
+    return "" if math.isnan(value) else f"{value:.{digits}f}"
 
 
 def export_d3llm(table: pd.DataFrame, out: Path, section: str) -> list[Path]:

@@ -3,7 +3,9 @@
 Where our figures go in its schema: the eval's quality (lm-eval: each task's metrics) as an accuracy result; TPF as a
 result of its own (`metric_id` `dgharness.tokens_per_forward`, its bootstrap 95% interval as the confidence interval)
 and tokens/s beside it (hardware-bound: the device is in `model_info.inference_platform`); the decoder and the sampler's
-knobs in each result's `generation_config.additional_details` (the schema's `generation_args` admits only its own keys:
+knobs in each result's `generation_config.additional_details` (a likelihood run, lm-eval's multiple-choice tasks:
+no TPF or tokens/s, since it generates nothing, and the scoring method and its knobs, `likelihood.*`, in place of the
+sampler's) (the schema's `generation_args` admits only its own keys:
 temperature, max_tokens, reasoning); the run card's environment in `model_info.additional_details` and
 `eval_library.additional_details`; the run's identity (run name, eval id, item hash) in
 `source_data.additional_details`.
@@ -75,6 +77,12 @@ def source_data(rec: RunRecord, task: str | None) -> dict[str, Any]:
 
 
 def generation_config(rec: RunRecord) -> dict[str, Any]:
+    """How the figures were made: the sampler's knobs, or a likelihood run's scoring method and its knobs (no sampler
+    runs there, so none is named)."""
+    if rec.scoring is not None:
+        details = {"decoder": rec.run.get("label"), "seed": rec.run.get("seed")}
+        knobs = {f"likelihood.{k}": v for k, v in rec.scoring.items()}
+        return {"generation_args": {}, "additional_details": strings({**details, **knobs})}
     sampler = rec.run.get("sampler") or {}
     args: dict[str, Any] = {"max_tokens": int(rec.metrics.get("max_new_tokens") or 1)}
     if isinstance(sampler.get("temperature"), int | float):
@@ -123,8 +131,11 @@ def quality_results(rec: RunRecord) -> list[dict[str, Any]]:
 
 
 def speed_results(rec: RunRecord) -> list[dict[str, Any]]:
-    """TPF (device-independent) and tokens/s (this device's), each with its bootstrap 95% interval where stored."""
+    """TPF (device-independent) and tokens/s (this device's), each with its bootstrap 95% interval where stored; none
+    for a likelihood run (it generates no token)."""
     out = []
+    if rec.scoring is not None:
+        return out
     figures = ((TPF_METRIC, "tokens per forward (TPF)", "tpf", rec.tpf),)
     figures += ((TPS_METRIC, "tokens per second", "tokens_per_second", rec.metrics.get("tokens_per_second")),)
     for metric_id, name, key, value in figures:

@@ -3,9 +3,10 @@
 One YAML file per run (the Hub wants each variant of a benchmark score in a file of its own), under
 `<out>/<model>/.eval_results/<task>__<run name>.yaml`, holding a one-entry list: `dataset.id` (the benchmark's Hub
 dataset), `dataset.task_id`, `value` (the recounted quality, in percent), `date`, and `notes` naming how it was
-decoded (decoder, sampler and its knobs, TPF with its interval, device, dtype), since the Hub's format has no field
-for them. The dataset id comes from lm-eval's task config (`dataset_path`) or from `--hf-dataset EVAL=ID[:TASK]`;
-a run whose eval has neither is skipped, and the export says so (our Sudoku sets are no Hub benchmark).
+decoded (decoder, sampler and its knobs, TPF with its interval, device, dtype; a likelihood run: its scoring method
+and knobs, no TPF), since the Hub's format has no field for them. The dataset id comes from lm-eval's task config
+(`dataset_path`) or from `--hf-dataset EVAL=ID[:TASK]`; a run whose eval has neither is skipped, and the export says
+so (our Sudoku sets are no Hub benchmark).
 """
 
 from __future__ import annotations
@@ -43,7 +44,18 @@ def dataset_of(rec: RunRecord, datasets: dict[str, tuple[str, str | None]]) -> t
     return (path, task) if path.count("/") == 1 else None  # a Hub id, not a local loader such as `json`
 
 
+def scoring_notes(rec: RunRecord) -> str:
+    """A likelihood run's notes: how it scored (method and knobs), not a sampler or TPF it never had."""
+    knobs = ", ".join(f"{k}={v}" for k, v in rec.scoring.items() if k != "method")
+    env = rec.environment
+    where = ", ".join(str(env[k]) for k in ("device", "dtype") if env.get(k))
+    parts = [f"dgharness {rec.run.get('label')}", f"scored by likelihood: {rec.scoring.get('method')} ({knobs})"]
+    return "; ".join(p for p in [*parts, f"{rec.num_samples} questions", where] if p)
+
+
 def notes(rec: RunRecord) -> str:
+    if rec.scoring is not None:
+        return scoring_notes(rec)
     sampler = {k: v for k, v in (rec.run.get("sampler") or {}).items() if k != "name"}
     knobs = ", ".join(f"{k}={v}" for k, v in sorted(sampler.items()))
     sampler_text = f"sampler {rec.run['sampler'].get('name')} ({knobs})" if rec.run.get("sampler") else ""

@@ -37,7 +37,7 @@ class RunRecord:
     config: dict[str, Any]
     tpf: float  # recounted from the samples: total valid tokens / total forwards
     quality: float | None  # recounted from the samples: mean `correct` (lm-eval: the first task's rows)
-    num_samples: int
+    num_samples: int  # the samples the quality is the mean of (a likelihood run: its questions)
     lm_eval: dict[str, Any] = field(default_factory=dict)  # lm_eval_results.json, for lm-eval runs
 
     @property
@@ -48,21 +48,42 @@ class RunRecord:
     def environment(self) -> dict[str, Any]:
         return self.card.get("environment") or {}
 
+    @property
+    def scoring(self) -> dict[str, Any] | None:
+        """A likelihood-only run's scoring (method and knobs, `evals.lmeval.likelihood.scoring_report`): its quality
+        comes from scores, not from decoding, so it has no TPF or tokens/s and no sampler ran; None otherwise."""
+        return likelihood_only(self.metrics)
+
+
+def likelihood_only(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """The scorer's description of a run whose every request was a loglikelihood one, else None."""
+    scoring = metrics.get("likelihood")
+    return scoring if isinstance(scoring, dict) and metrics.get("sampler_used") is False else None
+
+
+def row_task(row: dict[str, Any]) -> str:
+    """The lm-eval task of a scored row: its `task`, else its sample id's first part (`<task>/<doc_id>[/...]`; the
+    likelihood rows of runs made before they carried `task`)."""
+    return str(row.get("task") or str(row.get("sample_id", "")).split("/", 1)[0])
+
 
 def scored_rows(run_dir: Path, metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows the quality is the mean `correct` of: lm-eval's scored rows of the first task, else every sample."""
+    """The rows the quality is the mean `correct` of: lm-eval's scored rows of the first task (one per generated
+    reply, one per multiple-choice question), else every sample."""
     path = run_dir / SAMPLES_SCORED
     if not path.is_file():
         return read_samples(run_dir)
     rows = [row for _, row in jsonl_objects(path)]
     first = str(metrics.get("quality_metric") or "").split("/", 1)[0]
-    return [r for r in rows if r.get("task") == first] if first else rows
+    return [r for r in rows if row_task(r) == first] if first else rows
 
 
 def recount(run_dir: Path, metrics: dict[str, Any]) -> tuple[float, float | None, int]:
-    """(TPF, quality, samples) from the samples; `StaleRun` where metrics.json says otherwise."""
-    rows = read_samples(run_dir)
-    tpf = float(decode_metrics(rows)["tpf"])
+    """(TPF, quality, samples the quality is the mean of) from the samples; `StaleRun` where metrics.json says
+    otherwise. TPF counts the generated rows only (a likelihood request generates nothing; lm-eval's metrics.json
+    counts them the same way)."""
+    generated = [r for r in read_samples(run_dir) if r.get("request") != "loglikelihood"]
+    tpf = float(decode_metrics(generated)["tpf"])
     scored = [r for r in scored_rows(run_dir, metrics) if isinstance(r.get("correct"), int | float)]
     quality = sum(float(r["correct"]) for r in scored) / len(scored) if scored else None
     stored = metrics.get("quality")
@@ -70,7 +91,7 @@ def recount(run_dir: Path, metrics: dict[str, Any]) -> tuple[float, float | None
         raise StaleRun(f"{run_dir}: its samples give TPF {tpf:.6g}, its metrics.json {metrics['tpf']:.6g}")
     if stored is not None and (quality is None or not math.isclose(quality, float(stored), abs_tol=1e-9)):
         raise StaleRun(f"{run_dir}: its samples give quality {quality}, its metrics.json {stored}")
-    return tpf, (quality if stored is not None else None), len(rows)
+    return tpf, (quality if stored is not None else None), len(scored) if scored else len(generated)
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -79,16 +100,18 @@ def _json(path: Path) -> dict[str, Any]:
 
 def load_records(paths: list[str | Path]) -> tuple[list[RunRecord], pd.DataFrame]:
     """Every finished run under `paths` (run dirs or sweep dirs), with the run table they form (its `tpf` and `quality`
-    replaced by the recounts, its `model` naming the environment where the runs come from several)."""
+    replaced by the recounts, its `model` naming the environment where the runs come from several, its `scoring` the
+    method of a likelihood-only run)."""
     from omegaconf import OmegaConf
 
     table = collect(paths)
-    records = []
+    records, scoring = [], []
     for i, row in table.iterrows():
         run_dir = Path(row["run_dir"])
         metrics = _json(run_dir / "metrics.json")
         tpf, quality, n = recount(run_dir, metrics)
         table.loc[i, ["tpf", "quality"]] = [tpf, math.nan if quality is None else quality]
+        scoring.append((likelihood_only(metrics) or {}).get("method"))
         saved = run_dir / "config.yaml"
         config = OmegaConf.to_container(OmegaConf.load(saved)) if saved.is_file() else {}
         records.append(
@@ -104,4 +127,5 @@ def load_records(paths: list[str | Path]) -> tuple[list[RunRecord], pd.DataFrame
                 lm_eval=_json(run_dir / LM_EVAL_RESULTS),
             )
         )
+    table["scoring"] = pd.Series(scoring, index=table.index, dtype=object)  # a likelihood-only run's method
     return records, table

@@ -160,14 +160,22 @@ def check_thinking_switch(model: DictConfig) -> None:
 def check_eval_hub_access(ev) -> None:
     """The hub data sets an eval reads (`hub_datasets()`, none for local files): access checked up front, and a set
     that can neither be downloaded (offline, or the hub out of reach) nor read from this machine's cache fails here,
-    naming the eval, not after the weights loaded (lm-eval reads GPQA only once the model runs)."""
-    for repo in getattr(ev, "hub_datasets", list)():
-        what = f"eval={ev.name}"
+    naming the eval, not after the weights loaded (lm-eval reads its data sets only once the model runs)."""
+    hint = getattr(ev, "local_copy_hint", lambda repo: "or point the eval at a local copy (docs/evals.md)")
+    check_hub_datasets(getattr(ev, "hub_datasets", list)(), f"eval={ev.name}", hint)
+
+
+def check_hub_datasets(repos, what: str, hint) -> None:
+    """Each hub data set in `repos` readable from here: on the hub (access checked) or in this machine's cache;
+    else one line naming it, why, and `hint(repo)` (how to point at a local copy)."""
+    for repo in repos:
         if check_hub_access(repo, "dataset", what) and not cached_hub_dataset(repo):
             why = "HF_HUB_OFFLINE=1 forbids downloading it" if hub_offline() else "the hub cannot be reached"
+            from huggingface_hub import constants
+
             raise ValueError(
-                f"{what}: the hub data set {repo} is not in this machine's cache and {why}; run online once "
-                "(HF_TOKEN for a gated set), or point the eval at a local copy (docs/evals.md)"
+                f"{what}: the hub data set {repo} is not in this machine's cache ({constants.HF_HUB_CACHE}) and {why}; "
+                f"run online once (HF_TOKEN for a gated set), {hint(repo)}"
             )
 
 

@@ -7,7 +7,8 @@ lm-eval's. `--model_args` keys:
 - `model` (a conf/model name), `sampler` (a conf/sampler name; default: the model's family's), `seed`, `chat`
   (render each context as one user message through the chat template; default false, as lm-eval without
   `--apply_chat_template`), `max_gen_toks`;
-- `mc_num`, `mc_batch`, `cfg_scale`, `greedy_check` (`eval.likelihood`, contract.scoring.LikelihoodConfig);
+- `mc_num`, `mc_batch`, `cfg_scale`, `cfg_uncond`, `greedy_check` (`eval.likelihood`,
+  contract.scoring.LikelihoodConfig);
 - `run_dir`: a folder for our per-request rows (resumable); default: rows kept in memory only;
 - any other key is a `model.<key>=<value>` override of the model's config (e.g. `path=...`, `device=cuda`).
 The decoder is built as `python -m harness.run model=<model> sampler=<sampler>` builds it (`build_decoder`, the same
@@ -46,7 +47,7 @@ def _bool(value) -> bool:
     return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
 
 
-_KNOB_TYPES = {"mc_num": int, "mc_batch": int, "cfg_scale": float, "greedy_check": _bool}
+_KNOB_TYPES = {"mc_num": int, "mc_batch": int, "cfg_scale": float, "cfg_uncond": str, "greedy_check": _bool}
 
 
 @register_model("dllm")
@@ -96,11 +97,34 @@ def build_decoder(overrides: list[str]):
     return decoder_for(instantiate(cfg.model), sampler)
 
 
+def check_cli_datasets(argv: list[str]) -> None:
+    """The hub data sets of `--tasks` (with `--include_path`) readable from here, checked before lm-eval builds the
+    model (it reads the data sets only after): offline and not cached, one line naming the set and how to point the
+    task at a local copy (`harness.runner.configs.check_hub_datasets`, as `harness.run eval=lm_eval` checks them)."""
+    import argparse
+
+    from evals.lmeval.eval import local_copy_hint
+    from evals.lmeval.task_types import task_hub_datasets
+    from harness.runner.configs import check_hub_datasets
+
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--tasks", "-t", nargs="+", default=[])
+    ap.add_argument("--include_path", default=None)
+    args, _ = ap.parse_known_args(argv)
+    tasks = [t for arg in args.tasks for t in arg.split(",") if t]
+    repos = task_hub_datasets(tasks, [args.include_path] if args.include_path else [])
+    check_hub_datasets(repos, "--tasks", lambda repo: local_copy_hint(repo, repos[repo], "--include_path"))
+
+
 def main(argv: list[str] | None = None) -> None:
     from lm_eval.__main__ import cli_evaluate
 
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
+    try:
+        check_cli_datasets(sys.argv[1:])
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     cli_evaluate()
 
 
