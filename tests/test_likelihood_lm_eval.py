@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -127,18 +126,15 @@ def test_sweep_check_names_knob_and_task(tasks):
 @pytest.mark.slow
 def test_sampler_sweep_over_likelihood_task_refused_before_any_job(tasks, tmp_path):
     folder, _ = tasks
-    t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "harness.run", "-m", "model=tiny_masked", "eval=lm_eval",
          "eval.tasks=[dg_arc_challenge,dg_hellaswag]", f"eval.include_path=[{folder}]", "eval.include_defaults=false",
          "sampler.threshold=0.5,0.9", f"hydra.sweep.dir={tmp_path}/sweep"],
         cwd=REPO, env=app_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    elapsed = time.perf_counter() - t0
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "sampler.threshold" in proc.stderr and "dg_arc_challenge" in proc.stderr
-    assert not (tmp_path / "sweep").exists()
-    assert elapsed < 3.0, elapsed
+    assert not (tmp_path / "sweep").exists()  # refused before any job: no wall-time bound (tests run on busy machines)
 
 
 @pytest.mark.slow
