@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from harness.runner.configs import check_family, check_model_path
+from harness.runner.configs import check_model_path
+from harness.runner.plan import decoder_plan
 from samplers.masked import FAMILY
 from tests.helpers.app import compose_app, run_app
 
@@ -27,7 +28,7 @@ def test_masked_model_carries_its_sampler(model):
     extra = ["model.torch_fallbacks=[flash_attn]"] if model == "sdar" else []  # flash_attn is not on a CPU machine
     cfg = compose_app(f"model={model}", *extra)
     assert cfg.sampler.name == MASKED_DEFAULTS[model] and cfg.sampler.family == FAMILY
-    check_family(cfg.model, cfg.sampler)  # not refused: reads no weights (a hub model's config is not read)
+    decoder_plan(cfg.model, cfg.sampler)  # not refused: reads no weights (a hub model's config is not read)
 
 
 def test_checkpoint_samplers_are_their_own_routines():
@@ -45,7 +46,7 @@ def test_explicit_sampler_wins_and_a_wrong_family_is_still_refused():
     cfg = compose_app("model=sudoku6_masked", "sampler=entropy_bound")
     check_model_path(cfg.model)
     with pytest.raises(ValueError, match="uniform-state sampler on a masked model"):
-        check_family(cfg.model, cfg.sampler)
+        decoder_plan(cfg.model, cfg.sampler)
     assert compose_app("model=sudoku6_diffusion").sampler.name == "entropy_bound"  # the other families unchanged
 
 
