@@ -357,5 +357,6 @@ def test_model_configs_instantiate(ar_dir, mtp_dir):
         cfg = OmegaConf.load(conf / f"{name}.yaml")
         assert cfg.name and cfg._target_.startswith("models.ar.")
     cfg = OmegaConf.load(conf / "tiny_ar_draft.yaml")
+    assert cfg.pop("defaults")[0] == {"override /sampler@_global_.sampler": "token"}  # the family's default sampler
     dec = decoder_for(instantiate(cfg, path=str(ar_dir), draft_path=str(mtp_dir)), None)
     assert isinstance(dec, Decoder) and dec.label == "ar+mtp" and dec.model.name == "tiny_ar_draft"

@@ -30,9 +30,10 @@ class DecoderPlan:
     target: str  # the model config's `_target_`: the class that loads the checkpoint
     model: DictConfig  # the model config: instantiated by `build_decoder`
     sampler: Any  # the sampler config, instantiated for `build_decoder` (None: the engine's default)
+    direct: bool = False  # load by calling the class with the model keys (the API: the class's own errors, unwrapped)
 
 
-def decoder_plan(model, sampler, family_checks: bool = True) -> DecoderPlan:
+def decoder_plan(model, sampler, family_checks: bool = True, direct: bool = False) -> DecoderPlan:
     """Resolve the family of `model` (a model config) once and check `sampler` (a sampler config, instantiated or
     not) against it, then the family's own checks (`Family.config_check`; `family_checks=False` for a partial model
     config, whose missing keys the loading class's own defaults fill and check). Reads no weights."""
@@ -46,12 +47,17 @@ def decoder_plan(model, sampler, family_checks: bool = True) -> DecoderPlan:
     if family_checks and family.config_check and sampler is not None:
         knobs = OmegaConf.create(asdict(sampler)) if is_dataclass(sampler) else sampler
         get_method(family.config_check)(model, knobs)
-    return DecoderPlan(family, kind, str(model.get("_target_")), model, sampler)
+    return DecoderPlan(family, kind, str(model.get("_target_")), model, sampler, direct)
 
 
 def load_model(plan: DecoderPlan):
     """The plan's model, loaded (weights and tokenizer): `build_decoder`'s first half, for a caller that reads the
     loaded model (the commit a hub id resolved to) before the engine is built."""
+    if plan.direct:
+        from hydra.utils import get_class
+
+        kwargs = {k: v for k, v in OmegaConf.to_container(plan.model).items() if k != "_target_"}
+        return get_class(plan.target)(**kwargs)
     return instantiate(plan.model)
 
 
@@ -90,4 +96,4 @@ def checkpoint_plan(path: str, kind: str, sampler: str | None, knobs: dict, mode
         raise ValueError(f"sampler: unknown {name!r}; the {kind} family's: {samplers_of(family)}")
     config = SAMPLERS[name](**knobs)  # validated here: a bad knob fails before the weights load
     model = {"_target_": family.models[0], "path": path, **(model_kwargs or {})}
-    return decoder_plan(model, config, family_checks=False)
+    return decoder_plan(model, config, family_checks=False, direct=True)
