@@ -1,8 +1,8 @@
 """The decoding families: the one place that says what a family is.
 
-A family is how a checkpoint turns into tokens: the classes that load it, the engine that decodes it (or none: the
-model decodes itself), the samplers that drive it and the default one, the shape of a decode step for the memory
-estimate, the config checks it needs before loading, and the series labels its runs carry. Dispatch
+A family is how a checkpoint turns into tokens: the classes that load it, the engine that decodes it, the samplers
+that drive it and the default one (the AR families': their token rule, `samplers.token_rule`), the shape of a decode
+step for the memory estimate, the config checks it needs before loading, and the series labels its runs carry. Dispatch
 (`harness.engine.decoders`), the entry point, the Python API, the config checks and the sampler listing read this
 table; nothing else branches on the family. Every target is a dotted name resolved when used, so this module imports
 nothing heavy (composing a config stays torch-free).
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from contract.decoding import DecoderKind
 
-UNIFORM, MASKED = "uniform", "masked"  # the sampler groups (a sampler config's `family`; uniform when it has none)
+# the sampler groups (a sampler config's `family`; uniform when it has none): every family takes one
+UNIFORM, MASKED, TOKEN = "uniform", "masked", "token"
 
 
 @dataclass(frozen=True)
@@ -26,17 +27,13 @@ class Family:
     summary: str
     models: tuple[str, ...]  # classes that build a model of the family (the first is the API's loader)
     engine: str  # the decoder (`contract.decoding.Decoder`) built around a loaded model
-    sampler_group: str | None  # UNIFORM / MASKED: the samplers it takes; None: it takes no sampler
-    default_sampler: str | None
+    sampler_group: str  # UNIFORM / MASKED / TOKEN: the samplers it takes
+    default_sampler: str
     decode_shape: str  # function: the positions a decode step holds, for the memory estimate
     config_check: str | None = None  # function(model cfg) run before loading, beyond the common checks
     scorer: str | None = None  # function(adapter, LikelihoodConfig) -> its likelihood scorer (lm-eval's loglikelihood)
     engines: dict[str, str] = field(default_factory=dict)  # alternative engines, chosen by the `decoder` config
     labels: tuple[DecoderKind, ...] = ()  # series labels its runs may carry besides `kind`
-
-    @property
-    def takes_sampler(self) -> bool:
-        return self.sampler_group is not None
 
 
 _SHAPES = "harness.runner.decode_shapes"
@@ -73,8 +70,8 @@ FAMILIES: dict[DecoderKind, Family] = {
             "autoregressive: one token per forward, continuous batching on a slot KV cache",
             models=("models.ar.ARDecoder",),
             engine=AR_ENGINE,
-            sampler_group=None,
-            default_sampler=None,
+            sampler_group=TOKEN,
+            default_sampler="token",  # samplers.token_rule: greedy unless do_sample
             decode_shape=f"{_SHAPES}.autoregressive",
             scorer="models.likelihood_ar.ar_scorer",  # exact, as lm-eval's HFLM
         ),
@@ -83,8 +80,8 @@ FAMILIES: dict[DecoderKind, Family] = {
             "AR + draft / MTP: a drafter proposes k tokens, the target verifies them in one forward",
             models=("models.ar.AssistedARDecoder",),  # model_kwargs: draft_path
             engine=AR_ENGINE,
-            sampler_group=None,
-            default_sampler=None,
+            sampler_group=TOKEN,
+            default_sampler="token",  # samplers.token_rule: greedy unless do_sample
             decode_shape=f"{_SHAPES}.assisted",
             scorer="models.likelihood_ar.ar_scorer",  # the target's exact log-likelihood (drafts change no score)
             labels=(DecoderKind.AR_MTP,),
@@ -94,8 +91,8 @@ FAMILIES: dict[DecoderKind, Family] = {
             "a diffusion checkpoint decoding autoregressively with its own weights (DiffusionGemma, Nemotron)",
             models=("models.diffusion_gemma_ar.DiffusionGemmaARDecoder", "models.masked_ar.MaskedARDecoder"),
             engine=AR_ENGINE,
-            sampler_group=None,
-            default_sampler=None,
+            sampler_group=TOKEN,
+            default_sampler="token",  # samplers.token_rule: greedy unless do_sample
             decode_shape=f"{_SHAPES}.autoregressive",
         ),
     )
@@ -118,8 +115,3 @@ def names() -> list[str]:
 def family_of_target(target: str) -> Family | None:
     """The family whose registered model classes include `target` ("pkg.module.Class"); None for other classes."""
     return next((fam for fam in FAMILIES.values() if target in fam.models), None)
-
-
-def records_sampler(label: str) -> bool:
-    """Whether a run with this series label was drafted by its sampler (its record keeps the sampler's knobs)."""
-    return family_of(label).takes_sampler

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from pathlib import Path
 
 from contract.records import GenerationRequest, GenerationResult, StreamEvent
 from contract.text import Prompt, sample_seed
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def load_decoder(
@@ -27,44 +24,20 @@ def load_decoder(
 ):
     """A decoder for a checkpoint (local folder or hub id) of any family: `kind` names the family or one of its
     series labels (`contract.families.names()`: diffusion, masked, ar, ar+draft, ar+mtp, ar-same-weights, ...).
-    `sampler` (default: the family's) and its `knobs` (see samplers.config, samplers.masked) are checked before the
-    weights load; families without a sampler (AR) take none. `model_kwargs` go to the family's loading class (e.g.
-    masked: `context="cache"`, `attention="bidirectional"`; ar+draft: `draft_path`)."""
-    from hydra.utils import get_class
+    `sampler` (default: the family's; AR: `token`, greedy unless `do_sample=True`) and its `knobs` (see
+    samplers.config, samplers.masked, samplers.token_rule) are checked before the weights load. `model_kwargs` go to
+    the family's loading class (e.g. masked: `context="cache"`, `attention="bidirectional"`; ar+draft:
+    `draft_path`)."""
+    from harness.runner.plan import build_decoder, checkpoint_plan
 
-    from contract.families import family_of
-    from harness.engine.decoders import check_sampler_fits, decoder_for
-    from harness.runner.configs import SAMPLERS, samplers_of
-
-    family = family_of(kind)
-    config = None
-    if not family.takes_sampler:
-        if sampler is not None or knobs:
-            raise ValueError(f"sampler: a {kind} decoder takes no sampler, got {sampler or sorted(knobs)}")
-    else:
-        sampler = sampler or family.default_sampler
-        if sampler not in SAMPLERS:
-            raise ValueError(f"sampler: unknown {sampler!r}; the {kind} family's: {samplers_of(family)}")
-        config = SAMPLERS[sampler](**knobs)  # validated here: a bad knob fails before the weights load
-        check_sampler_fits(family, config)
-    return decoder_for(get_class(family.models[0])(path, **(model_kwargs or {})), config)
+    return build_decoder(checkpoint_plan(path, kind, sampler, knobs, model_kwargs))
 
 
 def decoder_from_config(overrides: list[str] | None = None):
     """Compose conf/ exactly as `python -m harness.run <overrides>` would and build its decoder."""
-    from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
+    from harness.runner.plan import build_decoder, compose_plan
 
-    from harness.engine.decoders import decoder_for
-    from harness.runner.configs import check_family, check_model_path, register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides or []))
-    sampler = instantiate(cfg.sampler)
-    check_model_path(cfg.model)
-    check_family(cfg.model, cfg.sampler)  # as the CLI: a sampler of another family fails before loading
-    return decoder_for(instantiate(cfg.model), sampler)
+    return build_decoder(compose_plan(overrides))
 
 
 def generate(

@@ -27,7 +27,8 @@ from harness.launch.shards import check_shards, run_sharded
 from harness.runner.batch_check import run_batch_check
 from harness.runner.configs import register_configs
 from harness.runner.evaluate import run_items
-from harness.runner.identity import decoder_identity, loaded_commit, model_identity
+from harness.runner.identity import loaded_commit
+from harness.runner.plan import build_decoder, load_model
 from harness.runner.preflight import Preflight, preflight
 from harness.runner.run_card import check_run_card, record_loaded
 from harness.runner.run_record import log_summary, run_info, saved_config
@@ -51,13 +52,13 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
 def _run(cfg: DictConfig, store: ResultStore, plan: Preflight, logger, started: float) -> dict[str, Any]:
     if not cfg.resume:
         store.reset()
-    identity = {**model_identity(cfg.model), **decoder_identity(cfg.get("decoder"))}
+    identity = plan.identity
     store.check_identity(identity)  # retrained weights at the same path: stop, never mix
     check_run_card(cfg, store.run_dir, plan.items)  # another environment, other prompts: stop (run_card.json)
     config = saved_config(cfg)
     (store.run_dir / "config.yaml").write_text(OmegaConf.to_yaml(config))
     start_logger = partial(
-        logger.start, run_name=cfg.run_name, group=str(cfg.sweep_name), config=config, run_dir=str(store.run_dir)
+        logger.start, run_name=plan.run_name, group=str(cfg.sweep_name), config=config, run_dir=str(store.run_dir)
     )
     if cfg.shards > 1:  # the shards decode (harness.launch.shards); this process merges their samples
         start_logger()
@@ -94,13 +95,12 @@ def _decode_here(cfg, store, plan: Preflight, identity, start_logger) -> tuple[d
     import torch  # heavy imports only after every check passed
 
     torch.manual_seed(cfg.seed)  # only the `reference` random stream reads the global RNG
-    from harness.engine.decoders import decoder_for
     from models.instruments.expert_counter import for_decoder as count_experts
 
-    model = instantiate(cfg.model)
+    model = load_model(plan.decoder)
     if commit := loaded_commit(model):  # a hub id: name the weights actually loaded, and refuse a mix
         store.check_identity({**identity, "model.commit": commit})
-    decoder = decoder_for(model, plan.sampler)
+    decoder = build_decoder(plan.decoder, model)
     record_loaded(cfg, store.run_dir, model, decoder)  # the run card: dtype and attention as loaded, chat template
     info = decoder.describe()
     start_logger()

@@ -74,10 +74,6 @@ class ARDecoder:
         device_map: Any = None,
         attn_implementation: str | None = None,
         num_threads: int | None = None,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
         enable_thinking: bool | None = None,
         eos_token_ids: list[int] | None = None,
         revision: str | None = None,
@@ -86,12 +82,6 @@ class ARDecoder:
     ):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-        if do_sample and not temperature > 0:
-            raise ValueError(f"sampling needs temperature > 0, got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}")
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -101,7 +91,6 @@ class ARDecoder:
         if num_threads:
             torch.set_num_threads(num_threads)
         self.path, self.name, self.dtype = path, name or Path(path).name, dtype
-        self.do_sample, self.temperature, self.top_p, self.top_k = do_sample, temperature, top_p, top_k
         self.resumable = True  # every random number is keyed by (sample seed, position): batch-invariant
         self.enable_thinking = enable_thinking
         self.device_map, self.attn_implementation = device_map, attn_implementation
@@ -116,11 +105,10 @@ class ARDecoder:
         self.eos_ids = sorted(set(eos_token_ids or eos_ids_of(self.model, self.tokenizer, path, revision)))
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.eos_ids[0]
-        self.sampling = TokenSampling(do_sample, temperature, top_k, top_p)
         self.target = CausalLM(self.model)
 
-    def new_drafter(self) -> Drafter | None:
-        """The drafter the engine runs (plain AR: none)."""
+    def new_drafter(self, sampling: TokenSampling) -> Drafter | None:
+        """The drafter the engine runs with the run's token rule (plain AR: none)."""
         return None
 
     def encode(self, prompt: Prompt) -> list[int]:
@@ -138,10 +126,6 @@ class ARDecoder:
             "device_map": str(self.device_map),
             "attn_implementation": self.model.config._attn_implementation,
             "experts_implementation": getattr(self.model.config, "_experts_implementation", None),
-            "do_sample": self.do_sample,
-            "temperature": self.temperature if self.do_sample else None,
-            "top_p": self.top_p if self.do_sample else None,
-            "top_k": self.top_k if self.do_sample else None,
             "enable_thinking": self.enable_thinking,
             "eos_token_ids": self.eos_ids,
             "batched": True,
@@ -213,11 +197,11 @@ class AssistedARDecoder(ARDecoder):
         )
         self.kv_store_layers = export_shared_kv(self.model) if self.is_mtp else []
 
-    def new_drafter(self) -> Drafter:
+    def new_drafter(self, sampling: TokenSampling) -> Drafter:
         k = self.num_draft_tokens
         if self.is_mtp:
             return MTPDrafter(self.draft, self.target, self.kv_store_layers, k)
-        return ModelDrafter(CausalLM(self.draft), k, self.sampling)
+        return ModelDrafter(CausalLM(self.draft), k, sampling)
 
     def describe(self) -> dict[str, Any]:
         return {

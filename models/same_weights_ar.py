@@ -17,8 +17,7 @@ class SameWeightsARDecoder:
     """The AR-mode adapter over a diffusion checkpoint; subclasses set adapter, target, mode."""
 
     label = kind = DecoderKind.AR_SAME_WEIGHTS
-    resumable = True  # greedy: a sample does not depend on its batch
-    sampling = TokenSampling()  # greedy
+    resumable = True  # every random number is keyed by (sample seed, position): batch-invariant
     adapter: Any
     target: Any  # models.causal_lm.CausalLM over the checkpoint's causal mode
     mode: str
@@ -31,7 +30,7 @@ class SameWeightsARDecoder:
     def eos_ids(self) -> list[int]:
         return sorted(self.adapter.eos_ids)
 
-    def new_drafter(self) -> None:
+    def new_drafter(self, sampling: TokenSampling) -> None:
         return None
 
     def encode(self, prompt: Prompt) -> list[int]:

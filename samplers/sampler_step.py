@@ -65,6 +65,79 @@ def torch_sampling(draw):
     return sample
 
 
+class StreamNoise:
+    """The counter-based noise of the continuous engine: each row's uniforms and re-noise tokens are a pure function
+    of its (seed, canvas index, step) key (`samplers.streams`), so a row draws the same at any batch position."""
+
+    def __init__(self, keys: torch.Tensor, vocab: int, positions: torch.Tensor | None = None):
+        self.keys, self.vocab, self.positions = keys, vocab, positions
+
+    def uniforms(self, c: int) -> torch.Tensor:
+        k = self.keys
+        return streams.uniforms(k[0], k[1], k[2], c, streams.SAMPLE, self.positions)
+
+    def tokens(self, c: int) -> torch.Tensor:
+        k = self.keys
+        return streams.tokens(k[0], k[1], k[2], c, self.vocab, streams.RENOISE, self.positions)
+
+
+class GlobalNoise:
+    """transformers' `generate()` noise: torch's global RNG for every row at once. The draw (`draw_reference`)
+    takes its one `multinomial` over B*C rows itself, so `uniforms` is None; then one `randint(B, C)` re-noises."""
+
+    def __init__(self, rows: int, vocab: int, device: torch.device | str):
+        self.rows, self.vocab, self.device = rows, vocab, device
+
+    def uniforms(self, c: int) -> None:
+        return None
+
+    def tokens(self, c: int) -> torch.Tensor:
+        return torch.randint(0, self.vocab, (self.rows, c), device=self.device)
+
+
+@dataclass
+class UniformStepIn:
+    """One uniform-state step after the forward, for rows each at their own step (the rule's own input type).
+
+    `stopped` (B,) bool: rows that already stopped in this canvas (None: the caller retires them, as the continuous
+    engine does); lockstep passes it, because `generate()` keeps finished rows computed but frozen."""
+
+    logits: torch.Tensor  # (B, C, V) raw logits
+    temperature: torch.Tensor  # (B,) per-row temperature
+    softcap: float | None
+    step: torch.Tensor  # (B,) long: each row's step in its canvas
+    noise: StreamNoise | GlobalNoise
+    canvas: torch.Tensor  # (B, C) the canvas that went into the forward
+    history: torch.Tensor  # (S, B, C) last argmax canvases
+    stopped: torch.Tensor | None = None
+    argmax: torch.Tensor | None = None  # (B, C) last argmax canvas (what a stopped row keeps); with `stopped`
+
+
+def uniform_step(cfg: SamplerConfig, sample, inp: UniformStepIn) -> StepOutput:
+    """The uniform-state rule: temperature, draw, accept, remask, re-noise, adaptive stop. Pure tensor code with no
+    host reads, so it can be captured whole by `torch.compile`. `sample` is `torch_sampling(draw)` or
+    `graph_sampling(raw)`; with `GlobalNoise` it must be `torch_sampling(draw_reference)`."""
+    c = inp.canvas.shape[1]
+    d: StepDraw = sample(inp.logits, inp.temperature, inp.softcap, inp.noise.uniforms(c))
+    keep = cfg.remask(cfg.accept(d, inp.step), d.confidence)
+    new_canvas = torch.where(keep, d.sampled, inp.noise.tokens(c))
+    argmax, history, mean_entropy = d.argmax, inp.history, d.entropy.mean(-1)
+    if inp.stopped is not None:  # rows that already stopped keep their canvas and argmax
+        argmax = torch.where(inp.stopped[:, None], inp.argmax, argmax)
+        new_canvas = torch.where(inp.stopped[:, None], inp.canvas, new_canvas)
+    if cfg.adaptive_stop and history.shape[0] > 0:
+        stable = (history == argmax[None]).all(-1).all(0)
+        history = torch.cat([history[1:], argmax[None]])
+        finished = stable & (mean_entropy < cfg.stop_entropy)
+    elif cfg.adaptive_stop:  # stability_steps == 0: confidence alone
+        finished = mean_entropy < cfg.stop_entropy
+    else:
+        finished = torch.zeros_like(mean_entropy, dtype=torch.bool)
+    if inp.stopped is not None:
+        finished = finished | inp.stopped
+    return StepOutput(new_canvas, argmax, history, finished, keep.sum(-1), mean_entropy, keep)
+
+
 def sampler_step(
     cfg: SamplerConfig,
     sample,
@@ -77,27 +150,9 @@ def sampler_step(
     vocab: int,
     positions: torch.Tensor | None = None,
 ) -> StepOutput:
-    """Everything of one denoising step after the forward, for rows each at their own step.
+    """`uniform_step` with the counter-based noise, for rows each at their own step (the continuous engine).
 
-    `x` (B, C, V) raw logits; `sample` is `torch_sampling(draw)` or `fused_sampling(...)`; `keys` (3, B)
-    int64: seed, canvas index and step of each row; `positions`: `streams.position_keys(C)`, which a compiled
-    caller passes in (see there). Pure tensor code with no host reads, so it can be captured whole by
-    `torch.compile`.
-    """
-    seed, canvas_idx, step = keys[0], keys[1], keys[2]
-    d: StepDraw = sample(
-        x, temperature, softcap, streams.uniforms(seed, canvas_idx, step, canvas.shape[1], streams.SAMPLE, positions)
-    )
-    keep = cfg.remask(cfg.accept(d, step), d.confidence)
-    noise = streams.tokens(seed, canvas_idx, step, canvas.shape[1], vocab, streams.RENOISE, positions)
-    new_canvas = torch.where(keep, d.sampled, noise)
-    mean_entropy = d.entropy.mean(-1)
-    if cfg.adaptive_stop and history.shape[0] > 0:
-        stable = (history == d.argmax[None]).all(-1).all(0)
-        history = torch.cat([history[1:], d.argmax[None]])
-        finished = stable & (mean_entropy < cfg.stop_entropy)
-    elif cfg.adaptive_stop:  # stability_steps == 0: confidence alone
-        finished = mean_entropy < cfg.stop_entropy
-    else:
-        finished = torch.zeros_like(mean_entropy, dtype=torch.bool)
-    return StepOutput(new_canvas, d.argmax, history, finished, keep.sum(-1), mean_entropy, keep)
+    `x` (B, C, V) raw logits; `keys` (3, B) int64: seed, canvas index and step of each row; `positions`:
+    `streams.position_keys(C)`, which a compiled caller passes in (see there)."""
+    noise = StreamNoise(keys, vocab, positions)
+    return uniform_step(cfg, sample, UniformStepIn(x, temperature, softcap, keys[2], noise, canvas, history))

@@ -66,6 +66,9 @@ def test_load_decoder_builds_the_ar_families(tmp_path):
     assisted = api.load_decoder(str(target), kind="ar+draft", model_kwargs={**kw, "draft_path": str(draft)})
     assert (ar.label, assisted.label) == ("ar", "ar+draft")
     assert api.generate(ar, ["hello"], max_new_tokens=4)[0].num_tokens > 0
+    assert ar.sampler.name == "token" and not ar.sampler.do_sample  # the family's default token rule: greedy
+    sampled = api.load_decoder(str(target), kind="ar", model_kwargs=kw, do_sample=True, temperature=1.5)
+    assert sampled.describe()["temperature"] == 1.5 and sampled.sampler.do_sample
 
 
 @pytest.mark.parametrize(
@@ -73,7 +76,9 @@ def test_load_decoder_builds_the_ar_families(tmp_path):
     [
         ({"kind": "masked", "sampler": "entropy_bound"}, "uniform-state sampler on a masked model"),
         ({"kind": "diffusion", "sampler": "remdm"}, "masked sampler on a diffusion model"),
-        ({"kind": "ar", "sampler": "entropy_bound"}, "takes no sampler"),
+        ({"kind": "ar", "sampler": "entropy_bound"}, "uniform-state sampler on a ar model"),
+        ({"kind": "ar+draft", "do_sample": True, "temperature": 0.0}, "sampler.temperature"),
+        ({"kind": "diffusion", "sampler": "token"}, "AR token sampler on a diffusion model"),
         ({"kind": "masked", "threshold": 2.0}, "sampler.threshold"),
         ({"kind": "unicorn"}, "kind: unknown decoding family"),
     ],

@@ -13,6 +13,7 @@ from contract.decoding import Decoder
 from contract.records import GenerationRequest
 from contract.text import cut_at_stop
 from harness.engine.decoders import decoder_for
+from samplers.token_rule import TokenRuleConfig
 
 N = 16  # max new tokens in most tests
 PROMPTS = ["hello world", "The answer is", "12+7=", "a"]
@@ -173,8 +174,9 @@ def test_mixed_max_new_tokens_in_one_batch(ar):
 def test_sampling_is_seeded(ar_dir):
     from models.ar import ARDecoder
 
-    ad = ARDecoder(str(ar_dir), dtype="float32", device="cpu", do_sample=True, temperature=1.5, top_p=0.95)
-    dec = decoder_for(ad, None)
+    ad = ARDecoder(str(ar_dir), dtype="float32", device="cpu")
+    dec = decoder_for(ad, TokenRuleConfig(do_sample=True, temperature=1.5, top_p=0.95))  # the token rule: a sampler
+    assert dec.describe()["temperature"] == 1.5
     a = dec.generate(requests(dec, [PROMPTS[0]], seed=7))[0].token_ids
     b = dec.generate(requests(dec, [PROMPTS[0]], seed=7))[0].token_ids
     c = dec.generate(requests(dec, [PROMPTS[0]], seed=8))[0].token_ids
@@ -187,10 +189,10 @@ def test_sampling_is_seeded(ar_dir):
 # --- AR + draft (speculative decoding) ---------------------------------------------------------
 
 
-def assisted(target, draft, **kw):
+def assisted(target, draft, rule: TokenRuleConfig | None = None, **kw):
     from models.ar import AssistedARDecoder
 
-    return decoder_for(AssistedARDecoder(str(target), draft_path=str(draft), dtype="float32", device="cpu", **kw), None)
+    return decoder_for(AssistedARDecoder(str(target), draft_path=str(draft), dtype="float32", device="cpu", **kw), rule)
 
 
 def test_draft_equal_to_target_accepts_everything(ar_dir, ar):
@@ -267,7 +269,7 @@ def test_assisted_stop_string_and_sampling(ar_dir, near_draft_dir, ar):
         ar.tokenizer, full.token_ids, set(ar.model.eos_ids), [stop]
     )
     assert res.nfe < full.nfe
-    samp = assisted(ar_dir, near_draft_dir, num_draft_tokens=3, do_sample=True, temperature=1.0)
+    samp = assisted(ar_dir, near_draft_dir, TokenRuleConfig(do_sample=True, temperature=1.0), num_draft_tokens=3)
     a = samp.generate(requests(samp, [PROMPTS[1]], seed=3))[0]
     b = samp.generate(requests(samp, [PROMPTS[1]], seed=3))[0]
     assert a.token_ids == b.token_ids and a.nfe == b.nfe
@@ -355,5 +357,6 @@ def test_model_configs_instantiate(ar_dir, mtp_dir):
         cfg = OmegaConf.load(conf / f"{name}.yaml")
         assert cfg.name and cfg._target_.startswith("models.ar.")
     cfg = OmegaConf.load(conf / "tiny_ar_draft.yaml")
+    assert cfg.pop("defaults")[0] == {"override /sampler@_global_.sampler": "token"}  # the family's default sampler
     dec = decoder_for(instantiate(cfg, path=str(ar_dir), draft_path=str(mtp_dir)), None)
     assert isinstance(dec, Decoder) and dec.label == "ar+mtp" and dec.model.name == "tiny_ar_draft"

@@ -18,7 +18,8 @@ from omegaconf import OmegaConf
 
 from contract.records import GenerationRequest
 from harness.engine.masked import MaskedDiffusionDecoder
-from harness.runner.configs import check_family, run_name
+from harness.runner.configs import run_name
+from harness.runner.plan import decoder_plan
 from models.masked_diffusion import MaskedDiffusionAdapter
 from samplers.config import SamplerConfigError
 from samplers.masked import BlockRefinementConfig, LowConfidenceConfig
@@ -215,7 +216,7 @@ def _model_cfg(**kw):
 def test_bad_layouts_fail_before_loading_naming_the_key(kw, key):
     sampler = OmegaConf.create({"name": "low_confidence", "family": "masked", "block_length": None})
     with pytest.raises(ValueError, match=key):
-        check_family(_model_cfg(**kw), sampler)
+        decoder_plan(_model_cfg(**kw), sampler)
 
 
 def test_sampler_schedule_and_confidence_are_checked():
@@ -235,7 +236,7 @@ def test_sampler_schedule_and_confidence_are_checked():
 def test_shipped_yamls_name_their_own_layout(name, layout):
     cfg = OmegaConf.load(f"conf/model/{name}.yaml")
     assert (cfg.canvas, cfg.block_origin, cfg.block_length, cfg.schedule, cfg.confidence) == layout
-    check_family(cfg, OmegaConf.create({"name": "low_confidence", "family": "masked", "block_length": None}))
+    decoder_plan(cfg, OmegaConf.create({"name": "low_confidence", "family": "masked", "block_length": None}))
 
 
 def test_unset_schedule_and_confidence_keep_a_masked_run_identity():

@@ -432,12 +432,12 @@ def test_bad_tail_and_editing_knobs_fail_before_loading(overrides, match):
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    from harness.runner.configs import check_family
+    from harness.runner.plan import decoder_plan
     from tests.helpers.app import compose_app
 
     cfg = compose_app(*overrides)
     with pytest.raises((ValueError, InstantiationException), match=match):
-        check_family(cfg.model, cfg.sampler)
+        decoder_plan(cfg.model, cfg.sampler)
         instantiate(cfg.sampler)
 
 

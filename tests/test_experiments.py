@@ -71,7 +71,12 @@ def test_experiment_values_override_the_main_config():
             ],
             "tiny_diffusion__confidence_threshold-tmax1.0-stop_entropy0.01-rm0.1__prompts__s0__bs8__",
         ),
-        (["model=sudoku6_ar", "eval=sudoku6", "seed=3", "batch_size=40"], "sudoku6_ar__sudoku6__s3__bs40__"),
+        # AR runs name their sampler, the token rule, like every family's (issue 52; before it: sudoku6_ar__sudoku6__)
+        (["model=sudoku6_ar", "eval=sudoku6", "seed=3", "batch_size=40"], "sudoku6_ar__token__sudoku6__s3__bs40__"),
+        (
+            ["model=tiny_ar", "sampler.do_sample=true", "sampler.temperature=0.7", "sampler.top_p=0.9"],
+            "tiny_ar__token-do_sampleTrue-temp0.7-top_p0.9__prompts__s0__bs8__",
+        ),
     ],
 )
 def test_run_names_keep_their_spelling(overrides, prefix):

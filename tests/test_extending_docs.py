@@ -142,16 +142,17 @@ def _compose(tmp_path: Path, *overrides: str):
 
 
 def test_the_model_yaml_composes_and_passes_its_family_checks(tmp_path):
-    from harness.runner.configs import check_family, model_kind
+    from harness.runner.configs import model_kind
+    from harness.runner.plan import decoder_plan
     from models.tiny import build_masked
 
     built = build_masked(tmp_path / "masked_seed1", seed=1, block_length=8)
     cfg = _compose(tmp_path, "model=tiny_masked_seed1", f"model.path={built}")
     assert cfg.model.name == "tiny_masked_seed1" and model_kind(cfg.model) == "masked"
     assert cfg.sampler.name == "block_refinement"  # the family's default, from the yaml's defaults entry
-    check_family(cfg.model, cfg.sampler)  # mask id and block length from the checkpoint, a masked sampler
+    decoder_plan(cfg.model, cfg.sampler)  # mask id and block length from the checkpoint, a masked sampler
     with pytest.raises(ValueError, match="uniform-state sampler on a masked model"):
-        check_family(cfg.model, _compose(tmp_path, "model=tiny_masked_seed1", "sampler=entropy_bound").sampler)
+        decoder_plan(cfg.model, _compose(tmp_path, "model=tiny_masked_seed1", "sampler=entropy_bound").sampler)
     shipped = set(_compose(tmp_path, "model=tiny_masked").model)
     assert set(cfg.model) <= shipped  # no key the shipped tiny masked yaml does not have
 

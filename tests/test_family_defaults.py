@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from harness.runner.configs import check_family, check_model_path
+from harness.runner.configs import check_model_path
+from harness.runner.plan import decoder_plan
 from samplers.masked import FAMILY
 from tests.helpers.app import compose_app, run_app
 
@@ -27,7 +28,7 @@ def test_masked_model_carries_its_sampler(model):
     extra = ["model.torch_fallbacks=[flash_attn]"] if model == "sdar" else []  # flash_attn is not on a CPU machine
     cfg = compose_app(f"model={model}", *extra)
     assert cfg.sampler.name == MASKED_DEFAULTS[model] and cfg.sampler.family == FAMILY
-    check_family(cfg.model, cfg.sampler)  # not refused: reads no weights (a hub model's config is not read)
+    decoder_plan(cfg.model, cfg.sampler)  # not refused: reads no weights (a hub model's config is not read)
 
 
 def test_checkpoint_samplers_are_their_own_routines():
@@ -45,7 +46,7 @@ def test_explicit_sampler_wins_and_a_wrong_family_is_still_refused():
     cfg = compose_app("model=sudoku6_masked", "sampler=entropy_bound")
     check_model_path(cfg.model)
     with pytest.raises(ValueError, match="uniform-state sampler on a masked model"):
-        check_family(cfg.model, cfg.sampler)
+        decoder_plan(cfg.model, cfg.sampler)
     assert compose_app("model=sudoku6_diffusion").sampler.name == "entropy_bound"  # the other families unchanged
 
 
@@ -55,7 +56,7 @@ def test_explicit_sampler_wins_and_a_wrong_family_is_still_refused():
         (["fam=llada2_mini", "eval=gpqa"], "llada2_mini", "block_refinement"),
         (["fam=sdar"], "sdar", "low_confidence"),
         (["experiment=sudoku_families", "fam=masked_low_confidence"], "sudoku6_masked", "low_confidence"),
-        (["experiment=sudoku_families", "fam=ar"], "sudoku6_ar", "entropy_bound"),
+        (["experiment=sudoku_families", "fam=ar"], "sudoku6_ar", "token"),  # the AR token rule
         (["experiment=sudoku_families"], "sudoku6_diffusion", "entropy_bound"),  # its default option
         (["experiment=report_families"], "diffusiongemma_26b", "entropy_bound"),
         (["experiment=twin/report_families", "fam=tiny_masked"], "tiny_masked", "block_refinement"),
@@ -82,3 +83,41 @@ def test_sudoku6_masked_runs_with_its_defaults(tmp_path):
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["run"]["label"] == "masked" and metrics["run"]["sampler"]["name"] == "block_refinement"
         assert metrics["batch_size"] == (12 if extra else 8) and metrics["quality"] > 0.5
+
+
+AR_MODELS = (
+    "tiny_ar", "tiny_ar_draft", "sudoku6_ar", "sudoku6_ar_draft", "gemma4_ar", "gemma4_ar_mtp",
+    "gemma4_ar_sudoku_lora", "diffusiongemma_26b_ar", "nemotron_diffusion_8b_ar", "sudoku6_diffusion_ar",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("model", AR_MODELS)
+def test_ar_models_carry_the_token_rule(model):
+    """Every AR model config names its family's sampler, the token rule (issue 52): greedy unless do_sample."""
+    cfg = compose_app(f"model={model}")
+    assert (cfg.sampler.name, cfg.sampler.family, cfg.sampler.do_sample) == ("token", "token", False)
+    assert "do_sample" not in cfg.model and "temperature" not in cfg.model  # the knobs are the sampler's
+    assert decoder_plan(cfg.model, cfg.sampler).family.sampler_group == "token"
+
+
+def test_a_diffusion_sampler_on_an_ar_model_and_a_bad_token_knob_fail_before_loading():
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    cfg = compose_app("model=tiny_ar", "sampler=entropy_bound")
+    with pytest.raises(ValueError, match="uniform-state sampler on a ar model"):
+        decoder_plan(cfg.model, cfg.sampler)
+    with pytest.raises(InstantiationException, match="sampler.temperature: sampling needs temperature > 0"):
+        instantiate(compose_app("model=tiny_ar", "sampler.do_sample=true", "sampler.temperature=0").sampler)
+
+
+@pytest.mark.slow  # a real `python -m harness.run` subprocess on the tiny AR model (~10 s)
+def test_an_ar_run_records_its_token_rule(tmp_path):
+    """config.yaml and metrics.json's `run.sampler` record the AR run's token rule, not `sampler: null`."""
+    from omegaconf import OmegaConf
+
+    run_app("model=tiny_ar", "eval=prompts", "sampler.do_sample=true", "sampler.top_k=5", f"hydra.run.dir={tmp_path}")
+    saved = OmegaConf.load(tmp_path / "config.yaml")
+    assert (saved.sampler.name, saved.sampler.do_sample, saved.sampler.top_k) == ("token", True, 5)
+    run = json.loads((tmp_path / "metrics.json").read_text())["run"]
+    assert run["label"] == "ar" and run["sampler"]["top_k"] == 5 and run["decoder"]["top_k"] == 5

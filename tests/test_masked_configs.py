@@ -9,7 +9,8 @@ import shutil
 import pytest
 from hydra.utils import instantiate
 
-from harness.runner.configs import check_family, check_model_path
+from harness.runner.configs import check_model_path
+from harness.runner.plan import decoder_plan
 from models.tiny import build_masked
 from samplers.config import SamplerConfigError
 from samplers.masked import MASKED_SAMPLERS
@@ -35,7 +36,7 @@ def weightless(masked_dir, tmp_path_factory):
 def _check(*overrides):
     cfg = compose_app(*overrides)
     check_model_path(cfg.model)
-    check_family(cfg.model, cfg.sampler)
+    decoder_plan(cfg.model, cfg.sampler)
     return instantiate(cfg.sampler)
 
 
@@ -67,7 +68,7 @@ def test_bad_combinations_fail_before_loading(weightless, overrides, match):
     if not hub:
         check_model_path(cfg.model)
     with pytest.raises(ValueError, match=match):
-        check_family(cfg.model, cfg.sampler)
+        decoder_plan(cfg.model, cfg.sampler)
 
 
 def test_no_mask_id_anywhere_fails(weightless, tmp_path):
@@ -81,7 +82,7 @@ def test_no_mask_id_anywhere_fails(weightless, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(tok))
     with pytest.raises(ValueError, match="model.mask_token_id"):
         cfg = compose_app("model=tiny_masked", f"model.path={tmp_path}", "sampler=low_confidence")
-        check_family(cfg.model, cfg.sampler)
+        decoder_plan(cfg.model, cfg.sampler)
 
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1"])

@@ -288,6 +288,7 @@ def test_ar_mode_equals_its_own_ar_loop_token_for_token(stand_ins):
     from models.masked_ar import MaskedARDecoder
 
     cfg = OmegaConf.load(AR_YAML)
+    assert cfg.pop("defaults")[0] == {"override /sampler@_global_.sampler": "token"}  # the AR families' sampler
     here = {"path": str(stand_ins[4]), "device": "cpu", "dtype": "float64", "num_threads": 1}
     ad = instantiate(cfg, **here, mask_token_id=None, block_length=None, eos_token_ids=[1], attn_implementation=None)
     assert isinstance(ad, MaskedARDecoder) and ad.describe()["module_attrs"] == {"diffusion_lm": False}

@@ -130,30 +130,30 @@ def test_a_missing_package_the_code_imports_fails_before_loading(tmp_path):
     standin = build_standin(tmp_path / "missing", "Old4xMaskedLM", prefix=MISSING_IMPORT)
     with pytest.raises(ImportError, match="some_missing_package_for_tests"):
         _load(standin)
-    from harness.runner.configs import check_family
+    from harness.runner.plan import decoder_plan
 
     cfg = compose_app(
         "model=sdar", "sampler=block_refinement", "model.requires=[einops,some_missing_package_for_tests]"
     )
     start = time.perf_counter()
     with pytest.raises(ValueError, match="model.requires: .*some_missing_package_for_tests.*pip install"):
-        check_family(cfg.model, cfg.sampler)
+        decoder_plan(cfg.model, cfg.sampler)
     assert time.perf_counter() - start < 3
     with pytest.raises(ValueError, match="model.torch_fallbacks: no pure-torch stand-in for"):
         check_masked_model("block_causal", "cache", False, 4, requires=["x"], torch_fallbacks=["x"])
 
 
 def test_sdar_yaml_names_flash_attn_with_its_install_line():
-    from harness.runner.configs import check_family
+    from harness.runner.plan import decoder_plan
     from tests.helpers.app import compose_app
 
     if importlib.util.find_spec("flash_attn") is not None:
         pytest.skip("flash_attn is installed here")
     cfg = compose_app("model=sdar", "sampler=block_refinement")
     with pytest.raises(ValueError, match="flash_attn, which is not installed: pip install flash-attn"):
-        check_family(cfg.model, cfg.sampler)
+        decoder_plan(cfg.model, cfg.sampler)
     opted_in = compose_app("model=sdar", "sampler=block_refinement", "model.torch_fallbacks=[flash_attn]")
-    check_family(opted_in.model, opted_in.sampler)
+    decoder_plan(opted_in.model, opted_in.sampler)
 
 
 def test_the_flash_attn_fallback_computes_what_flash_attn_computes():

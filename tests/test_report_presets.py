@@ -200,11 +200,13 @@ def test_batch_size_auto_plans_ar_models_too():
 
     from harness.runner.batch_plan import plan_batch_size
     from harness.runner.evaluate import checked_items
+    from harness.runner.plan import decoder_plan
 
     for model, check in (("tiny_ar", lambda b: b == 3), ("tiny_ar_draft", lambda b: b == 3)):
         cfg = _compose(f"model={model}", "batch_size=auto")
         ev = instantiate(cfg.eval)
-        assert check(plan_batch_size(cfg, ev.max_new_tokens, instantiate(cfg.sampler), checked_items(ev))), model
+        family = decoder_plan(cfg.model, cfg.sampler).family
+        assert check(plan_batch_size(cfg, ev.max_new_tokens, instantiate(cfg.sampler), checked_items(ev), family))
 
 
 def test_a_compiled_step_is_planned_at_its_bucket(monkeypatch):
@@ -214,6 +216,7 @@ def test_a_compiled_step_is_planned_at_its_bucket(monkeypatch):
 
     from harness.runner.batch_plan import plan_batch_size
     from harness.runner.evaluate import checked_items
+    from harness.runner.plan import decoder_plan
     from models.planning import memory
 
     asked = []
@@ -227,6 +230,7 @@ def test_a_compiled_step_is_planned_at_its_bucket(monkeypatch):
     for overrides in (("model.compile=step",), ()):
         cfg = _compose("model=tiny_diffusion", "batch_size=3", *overrides)
         ev = instantiate(cfg.eval)
-        assert plan_batch_size(cfg, ev.max_new_tokens, instantiate(cfg.sampler), checked_items(ev)) == 3
+        family = decoder_plan(cfg.model, cfg.sampler).family
+        assert plan_batch_size(cfg, ev.max_new_tokens, instantiate(cfg.sampler), checked_items(ev), family) == 3
     assert (asked[0].get("whole_step"), asked[0].get("logits_factor")) == (True, 3.0)
     assert "whole_step" not in asked[1] and "logits_factor" not in asked[1]

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from contract.records import GenerationRequest
 from harness.engine.masked import MaskedDiffusionDecoder
-from harness.runner.configs import check_family
+from harness.runner.plan import decoder_plan
 from models.loading.masked_checks import DecodeLayout
 from models.masked_diffusion import MaskedDiffusionAdapter
 from samplers.masked import FastDllmConfig
@@ -118,4 +118,4 @@ def test_a_bad_sub_block_fails_before_loading(value):
          "context": "recompute", "mask_token_id": 5, "block_length": 8, "sub_block": value}
     )  # fmt: skip
     with pytest.raises(ValueError, match="model.sub_block"):
-        check_family(model, OmegaConf.create({"name": "fast_dllm_masked", "family": "masked", "block_length": None}))
+        decoder_plan(model, OmegaConf.create({"name": "fast_dllm_masked", "family": "masked", "block_length": None}))

@@ -29,6 +29,7 @@ import pandas as pd
 
 from contract.records import decode_metrics, interval_figures
 from evals.diagnostics import run_diagnostics
+from harness.analysis import series
 from harness.analysis.dominance import add_dominance, default_knobs, describe, matches_knobs
 from harness.analysis.environments import card_columns, format_environments, label_environments
 from harness.analysis.families import format_families
@@ -303,7 +304,7 @@ def add_diagnostics(table: pd.DataFrame) -> pd.DataFrame:
         return table
     lengths = pd.to_numeric(table["mean_output_tokens"], errors="coerce")
     for _, g in table.groupby("eval", sort=False, dropna=False):
-        ar = lengths[g.index][(g["label"] == "ar").to_numpy()].dropna()
+        ar = lengths[g.index][g["label"].map(series.is_plain_ar).to_numpy(dtype=bool)].dropna()
         if len(ar) and ar.mean() > 0:
             table.loc[g.index, "length_ratio_vs_ar"] = lengths[g.index] / ar.mean()
     return table

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
+from harness.analysis import series
 from harness.runner.store import read_samples
 from samplers.config import VERIFY_KNOBS, EntropyBoundConfig, SamplerConfig
 from samplers.knobs import NOT_KNOBS
@@ -177,7 +178,7 @@ def masked_default_knobs() -> dict[str, Any]:
 def family_default_knobs(runs: pd.DataFrame) -> dict[str, Any]:
     """The default sampler of one model's runs: the masked family's (`masked_default_knobs`) when they are masked
     runs, else the uniform-state checkpoint's (`default_knobs`). The star of the figures marks the same run."""
-    masked = "label" in runs and len(runs) and (runs["label"] == "masked").all()
+    masked = "label" in runs and len(runs) and runs["label"].map(series.is_masked).all()
     return masked_default_knobs() if masked else default_knobs()
 
 

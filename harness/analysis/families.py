@@ -26,11 +26,11 @@ from omegaconf import OmegaConf
 
 from contract.intervals import wilson_interval
 from contract.paths import resolve_path
+from harness.analysis import series
 from harness.analysis.dominance import ALPHA, compare_paired, holm
 from harness.runner.store import read_samples
 
-KINDS = {"masked": "masked", "diffusion": "uniform-state", "ar": "AR", "ar+draft": "AR+draft"}
-ORDER = list(KINDS.values())
+ORDER = series.FAMILIES_ORDER  # masked, uniform-state, AR, AR+draft (harness.analysis.series)
 BUDGET_KNOBS = ("sampler.steps_per_block", "sampler.max_steps")  # masked, uniform-state
 FIGURES = {  # table column -> run-table column
     "solved": "quality",
@@ -48,14 +48,14 @@ FIGURES = {  # table column -> run-table column
 
 
 def family_kind(label: Any) -> str | None:
-    return KINDS.get(str(label))
+    return series.families_name(label)
 
 
 def budget_of(row: pd.Series) -> float:
     """The run's step budget (masked: steps per block, uniform-state: max steps); NaN for AR."""
-    if row.get("label") == "masked":
+    if series.is_masked(row.get("label")):
         return float(row.get(BUDGET_KNOBS[0], np.nan))
-    if row.get("label") == "diffusion":
+    if series.is_uniform(row.get("label")):
         return float(row.get(BUDGET_KNOBS[1], np.nan))
     return np.nan
 

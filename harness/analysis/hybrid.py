@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.analysis import series
 from harness.analysis.dominance import compare_paired, default_knobs, matches_knobs
 from harness.runner.store import read_samples
 
-HYBRID_LABELS = ("self-speculative", "routed")
 COLUMNS = [
     "eval",
     "run_name",
@@ -38,12 +38,14 @@ COLUMNS = [
 
 def family_of_hybrid(label: str, verify: object) -> str:
     """A hybrid run's family on the fronts and in the tables: `self-speculative`, or one per routing rule."""
-    return f"routed ({verify})" if label == "routed" else label
+    return series.routed_family(verify) if series.is_routed(label) else label
 
 
-def _reference(g: pd.DataFrame, label: str) -> pd.Series | None:
-    runs = g[g["label"] == label]
-    if label == "diffusion":
+def _reference(g: pd.DataFrame, kind) -> pd.Series | None:
+    """The run of one kind (`kind(label)`, a `harness.analysis.series` predicate); the uniform-state one at the
+    checkpoint's default knobs."""
+    runs = g[g["label"].map(kind).astype(bool)]
+    if kind is series.is_uniform:
         runs = runs[[matches_knobs(r, default_knobs()) for _, r in runs.iterrows()]]
     return runs.iloc[0] if len(runs) else None
 
@@ -56,14 +58,14 @@ def _same_tokens(run: list[dict], ref: list[dict]) -> float:
 
 def hybrid_table(table: pd.DataFrame) -> pd.DataFrame:
     """One row per hybrid run that has a pure-diffusion or AR-mode run of the same weights on the same eval."""
-    if table.empty or "decoder.path" not in table or not table["label"].isin(HYBRID_LABELS).any():
+    if table.empty or "decoder.path" not in table or not table["label"].map(series.is_hybrid).any():
         return pd.DataFrame(columns=COLUMNS)
     rows: list[dict[str, Any]] = []
     for (ev, _), g in table.groupby(["eval", "decoder.path"], dropna=True, sort=False):
-        refs = {"diffusion": _reference(g, "diffusion"), "ar": _reference(g, "ar-same-weights")}
+        refs = {"diffusion": _reference(g, series.is_uniform), "ar": _reference(g, series.is_same_weights_ar)}
         if all(r is None for r in refs.values()):
             continue
-        for _, run in g[g["label"].isin(HYBRID_LABELS)].iterrows():
+        for _, run in g[g["label"].map(series.is_hybrid).astype(bool)].iterrows():
             samples = read_samples(run["run_dir"])
             row = {c: run.get(c) for c in ("run_name", "quality", "tpf", "mean_accepted_per_verify")}
             row.update(eval=ev, family=family_of_hybrid(run["label"], run.get("sampler.verify")))
@@ -78,7 +80,7 @@ def hybrid_table(table: pd.DataFrame) -> pd.DataFrame:
                     row[f"delta_vs_{key}"], row[f"p_vs_{key}"] = c.quality_delta, c.p_value
                 except ValueError as e:  # e.g. no scored item in common: the figures stay empty, the rest holds
                     print(f"[hybrid] {run['run_name']} vs the {key} run: no paired verdict ({e})")
-                if key == "ar":
+                if ref is refs["ar"]:  # the AR mode's own run: are these its tokens?
                     row["same_tokens_as_ar"] = _same_tokens(samples, other)
             rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -89,7 +91,7 @@ def format_hybrid(hybrid: pd.DataFrame) -> str:
     if hybrid.empty:
         return ""
     lines = [hybrid.to_string(index=False, float_format=lambda v: f"{v:.4g}")]
-    for _, r in hybrid[hybrid["family"] == "self-speculative"].iterrows():
+    for _, r in hybrid[hybrid["family"].map(series.is_self_speculative).astype(bool)].iterrows():
         if pd.notna(r["same_tokens_as_ar"]):
             lines.append(
                 f"{r['run_name']}: {r['same_tokens_as_ar']:.1%} of samples decode exactly the AR mode's tokens "

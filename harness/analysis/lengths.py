@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.analysis.scaling import TOTAL
+from harness.analysis.series import is_uniform
+from harness.analysis.series import style as series_style
 
 LENGTH = "max_new_tokens"
 CANVAS = "decoder.canvas_length"  # the canvas the run decoded with
@@ -46,7 +48,7 @@ def length_series(table: pd.DataFrame) -> pd.DataFrame:
     canvas = pd.to_numeric(df[CANVAS], errors="coerce") if CANVAS in df else nan
     matched = (pd.to_numeric(df[SET_CANVAS], errors="coerce") if SET_CANVAS in df else nan) == df[LENGTH]
     df["series"] = [
-        str(m) if lbl != "diffusion" else f"{m} (canvas = output)" if same else f"{m} (canvas {c:g})"
+        str(m) if not is_uniform(lbl) else f"{m} (canvas = output)" if same else f"{m} (canvas {c:g})"
         for m, lbl, c, same in zip(df["model"], df["label"], canvas, matched, strict=True)
     ]
     lengths = df.groupby(["eval", "series"])[LENGTH].transform("nunique")
@@ -74,8 +76,8 @@ def length_crossovers(series: pd.DataFrame) -> list[LengthCrossover]:
     for ev, g in series.groupby("eval", sort=True):
         curves = {s: x.set_index(LENGTH)[TOTAL] for s, x in g.groupby("series")}
         labels = g.groupby("series")["label"].first()
-        for dg in sorted(s for s in curves if labels[s] == "diffusion"):
-            for base in sorted(s for s in curves if labels[s] != "diffusion"):
+        for dg in sorted(s for s in curves if is_uniform(labels[s])):
+            for base in sorted(s for s in curves if not is_uniform(labels[s])):
                 common = sorted(set(curves[base].index) & set(curves[dg].index))
                 if common:
                     at = wins_from(curves[base], curves[dg])
@@ -112,7 +114,7 @@ def length_figure(series: pd.DataFrame, found: list[LengthCrossover], title: str
     for ax, (col, name) in zip(axes, panels, strict=True):
         for (name_, label), g in series.groupby(["series", "label"], sort=True):
             if col in g and g[col].notna().any():
-                ax.plot(g[LENGTH], g[col], marker="o" if label == "diffusion" else "s", label=name_)
+                ax.plot(g[LENGTH], g[col], marker=series_style(label).marker, label=name_)
         for x in found:
             if x.length is not None:
                 ax.axvline(x.length, ls="--", c="grey", lw=1)

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.analysis.series import is_uniform
+from harness.analysis.series import style as series_style
+
 TOTAL, PER_USER = "tokens_per_second", "mean_user_tokens_per_second"
 SERIES = ["eval", "model", "label"]
 LATENCY_COLUMNS = [
@@ -76,8 +79,8 @@ def crossovers(series: pd.DataFrame) -> list[Crossover]:
         labels = g.groupby("model")["label"].first()
         report = g.get("report_crossover_concurrency", pd.Series(dtype=float)).dropna()
         expected = float(report.iloc[0]) if len(report) else None
-        for leader in sorted(m for m in curves if labels[m] == "diffusion"):
-            for challenger in sorted(m for m in curves if labels[m] != "diffusion"):
+        for leader in sorted(m for m in curves if is_uniform(labels[m])):
+            for challenger in sorted(m for m in curves if not is_uniform(labels[m])):
                 at = _first_crossing(curves[leader], curves[challenger])
                 out.append(Crossover(str(ev), leader, challenger, at, expected))
     return out
@@ -107,7 +110,7 @@ def scaling_figure(series: pd.DataFrame, found: list[Crossover], title: str | No
     for ax, metric, name in ((axes[0], PER_USER, "per-user tokens/s"), (axes[1], TOTAL, "total tokens/s")):
         for (_, model, label), g in series.groupby(SERIES, sort=True):
             if metric in g:
-                ax.plot(g["batch_size"], g[metric], marker="o" if label == "diffusion" else "s", label=f"{model}")
+                ax.plot(g["batch_size"], g[metric], marker=series_style(label).marker, label=f"{model}")
         for x in found:
             if x.concurrency:
                 ax.axvline(x.concurrency, ls="--", c="grey", lw=1)
@@ -156,7 +159,7 @@ def latency_figure(series: pd.DataFrame, title: str | None = None):
                 col = f"{key}_p{q}_s"
                 if col not in g or g[col].isna().all():
                     continue
-                marker = "o" if label == "diffusion" else "s"
+                marker = series_style(label).marker
                 ax.plot(g[TOTAL], g[col], style, marker=marker, color=f"C{i}", label=f"{model} p{q}")
                 if q == 50:
                     for x, y, c in zip(g[TOTAL], g[col], g["batch_size"], strict=True):

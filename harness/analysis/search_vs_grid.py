@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from contract.paths import REPO_ROOT as REPO
+from harness.analysis import series
 from harness.analysis.aggregate import collect
 from harness.analysis.dominance import add_dominance, describe
 from harness.analysis.fronts import hypervolume
@@ -38,7 +39,7 @@ def diffusion_runs(table: pd.DataFrame, eval_id: str | None = None) -> pd.DataFr
     """The block-diffusion runs of the table (AR baselines are not sampler settings), on one eval identity."""
     if table.empty:
         return table
-    runs = table[table["label"] == "diffusion"]
+    runs = table[table["label"].map(series.is_uniform).astype(bool)]
     return runs[runs["eval"] == eval_id] if eval_id is not None else runs
 
 

@@ -36,6 +36,7 @@ from models.causal_lm import PREFILL_CHUNK, CausalLM
 from models.drafters import Drafter
 from samplers import streams
 from samplers.token_draw import TokenSampling, pick, verify
+from samplers.token_rule import TokenRuleConfig
 
 
 @dataclass
@@ -332,17 +333,18 @@ class AREngine:
 
 
 class ARFamilyDecoder:
-    """The `contract.decoding.Decoder` of every AR family: an adapter's target, tokenizer, EOS ids, sampling and
-    drafter (`new_drafter()`, None for plain AR) on an `AREngine`. AR families take no sampler: the token rule
-    (greedy or sampled, top-k / top-p) is the model config's."""
+    """The `contract.decoding.Decoder` of every AR family: an adapter's target, tokenizer, EOS ids and drafter
+    (`new_drafter(rule)`, None for plain AR) on an `AREngine`, with the run's token rule as its sampler
+    (`samplers.token_rule.TokenRuleConfig`: greedy, or sampled with top-k / top-p)."""
 
-    def __init__(self, model, sampler=None):
+    def __init__(self, model, sampler: TokenRuleConfig | None = None):
         self.model, self.label, self.tokenizer = model, model.label, model.tokenizer
         self.resumable = True  # every random number is keyed by (sample seed, position): batch-invariant
         k = getattr(model, "num_draft_tokens", 0)
-        drafter = model.new_drafter()
+        self.sampler = sampler = sampler or TokenRuleConfig()  # None: the family's default, greedy
+        drafter = model.new_drafter(sampler)
         self.engine = AREngine(
-            model.target, model.tokenizer, model.eos_ids, model.sampling, drafter, k if drafter else 0,
+            model.target, model.tokenizer, model.eos_ids, sampler, drafter, k if drafter else 0,
             getattr(model, "schedule", "constant"),
         )  # fmt: skip
 
@@ -350,7 +352,9 @@ class ARFamilyDecoder:
         return self.model.encode(prompt)
 
     def describe(self) -> dict[str, Any]:
-        return self.model.describe()
+        rule = self.sampler
+        sampled = {k: getattr(rule, k) if rule.do_sample else None for k in ("temperature", "top_p", "top_k")}
+        return {**self.model.describe(), "do_sample": rule.do_sample, **sampled}
 
     def stream(self, requests: Iterable[GenerationRequest], batch_size: int) -> Iterator[GenerationResult]:
         return self.engine.stream(requests, batch_size)

@@ -2,17 +2,17 @@
 
 The model's `kind` names its family (`contract.families`); the family names its engine (uniform-state block
 diffusion: `harness.engine.decode`; masked: `harness.engine.masked`; an alternative chosen by the sampler's
-`decoder`, e.g. diffusers' pipeline); every AR family: `harness.engine.ar`. A sampler of another family is refused
-here too (the runner refuses it before loading).
+`decoder`, e.g. diffusers' pipeline; every AR family: `harness.engine.ar`, with its token rule). A sampler of
+another family is refused here too (the runner refuses it before loading).
 """
 
 from __future__ import annotations
 
 from hydra.utils import get_class
 
-from contract.families import MASKED, UNIFORM, Family, family_of
+from contract.families import MASKED, TOKEN, UNIFORM, Family, family_of
 
-GROUP_WORDS = {UNIFORM: "uniform-state", MASKED: "masked"}
+GROUP_WORDS = {UNIFORM: "uniform-state", MASKED: "masked", TOKEN: "AR token"}
 
 
 def sampler_group(sampler) -> str:
@@ -21,7 +21,8 @@ def sampler_group(sampler) -> str:
 
 
 def check_sampler_fits(family: Family, sampler) -> None:
-    if not family.takes_sampler or sampler is None:
+    """A sampler of another family is refused; None (the engine's own default) always fits."""
+    if sampler is None:
         return
     name = getattr(sampler, "name", sampler)
     if sampler_group(sampler) != family.sampler_group:
@@ -32,11 +33,9 @@ def check_sampler_fits(family: Family, sampler) -> None:
 
 
 def decoder_for(model, sampler):
-    """The family's engine around a built model (an alternative one where the sampler names it: decoder=diffusers);
-    a family without samplers (AR) gets none, whatever the composed config holds."""
+    """The family's engine around a built model and its sampler (an alternative engine where the sampler names one:
+    decoder=diffusers); a sampler of another family is refused."""
     family = family_of(getattr(model, "kind", "ar"))
-    if not family.takes_sampler:
-        return get_class(family.engine)(model, None)
     check_sampler_fits(family, sampler)
     engine = family.engines.get(getattr(sampler, "decoder", None), family.engine)
     return get_class(engine)(model, sampler)

@@ -22,7 +22,7 @@ import torch
 from contract.records import GenerationRequest, GenerationResult
 from harness.engine import loop
 from samplers.draw import draw_reference
-from samplers.sampler_step import process_logits
+from samplers.sampler_step import GlobalNoise, UniformStepIn, torch_sampling, uniform_step
 
 
 @dataclass
@@ -133,27 +133,30 @@ class LockstepDecoding:
         history = torch.full((cfg.stability_steps, b, c), -1, dtype=torch.long, device=dev)
         masks = model.canvas_masks(state, c, b)  # the state may hold more rows (a compiled step's bucket)
         stopped = [False] * b
+        noise, sample = GlobalNoise(b, model.vocab_size, dev), torch_sampling(draw_reference)
         for step in range(cfg.max_steps):
             x = model.denoise(state, canvas, masks, sc if cfg.self_conditioning else None)
             temps = cfg.temperatures(torch.full((b,), step))  # host-known
-            x = process_logits(x, model.softcap, temps.to(dev))
-            d = draw_reference(x)
-            keep = cfg.remask(cfg.accept(d, torch.full((b,), step, device=dev)), d.confidence)
-            new_canvas = torch.where(keep, d.sampled, torch.randint(0, model.vocab_size, (b, c), device=dev))
-            new_argmax = d.argmax
-            if cfg.adaptive_stop:  # rows that already stopped keep their canvas, argmax and logits
-                new_argmax = torch.where(finished[:, None], argmax, new_argmax)
-                new_canvas = torch.where(finished[:, None], canvas, new_canvas)
-                if sc is not None:
-                    x = torch.where(finished[:, None, None], sc, x)
-                if cfg.stability_steps == 0:
-                    stable = torch.ones(b, dtype=torch.bool, device=dev)
-                else:
-                    stable = (history == new_argmax[None]).all(-1).all(0)
-                    history = torch.cat([history[1:], new_argmax[None]])
-                finished = finished | (stable & (d.entropy.mean(-1) < cfg.stop_entropy))
-            kept = keep.sum(-1).tolist()
-            entropy = d.entropy.mean(-1).tolist() if cfg.capture_trajectory else None
+            frozen = finished
+            inp = UniformStepIn(
+                x,
+                temps.to(dev),
+                model.softcap,
+                torch.full((b,), step, device=dev),
+                noise,
+                canvas,
+                history,
+                finished,
+                argmax,
+            )
+            out = uniform_step(cfg, sample, inp)  # x now holds the processed logits
+            keep, new_canvas, new_argmax, history = out.keep, out.canvas, out.argmax, out.history
+            if cfg.adaptive_stop:
+                finished = out.finished
+                if sc is not None:  # rows that already stopped keep their self-conditioning logits
+                    x = torch.where(frozen[:, None, None], sc, x)
+            kept = out.kept.tolist()
+            entropy = out.mean_entropy.tolist() if cfg.capture_trajectory else None
             accepted = keep.tolist() if cfg.capture_trajectory else None
             for i, row in enumerate(rows):
                 res = row.result

@@ -12,9 +12,10 @@ from matplotlib.figure import Figure
 
 from harness.analysis.families import ORDER, family_runs
 from harness.analysis.fronts import front_mask
+from harness.analysis.series import STYLES
 from harness.figures.plot_points import POINT_COLUMNS, plot_points
 
-COLORS = {"masked": "#17becf", "uniform-state": "#1f77b4", "AR": "#595959", "AR+draft": "#ff7f0e"}
+COLORS = {s.families: s.colour for s in STYLES.values() if s.families}  # masked, uniform-state, AR, AR+draft
 MARKERS = ["o", "s", "^", "D", "v", "P", "h", "X", "<", ">"]
 
 

@@ -18,29 +18,19 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
+from harness.analysis import series
 from harness.analysis.fronts import area_under_front, front_mask
 from harness.figures.plot_labels import freeze_layout, place_labels
 from harness.figures.plot_points import (
     HIGHLIGHT_COLOR,
     NOT_WORSE_COLOR,
     POINT_COLUMNS,
-    SAMPLER_KINDS,
     default_description,
     plot_points,
     series_colors,
     series_order,
 )
 
-MARKERS = {
-    "diffusion": "o",
-    "ar": "s",
-    "ar+mtp": "^",
-    "ar+draft": "D",
-    "ar-same-weights": "v",
-    "self-speculative": "P",
-    "routed": "h",
-    "masked": "p",
-}
 X_AXES = {"tpf": "tokens per forward (TPF)", "tokens_per_second": "tokens / s"}
 DOMINATES = "dominates_default"  # gid of the red rings
 NOT_WORSE = "faster_not_worse"  # gid of the dashed green rings
@@ -109,7 +99,7 @@ def quality_bands(lo: Sequence[float], hi: Sequence[float], min_gap: float = 0.3
 
 
 def _marker_size(row: pd.Series) -> float:
-    return 17.0 if row["is_default"] else (7.0 if row["label"] in SAMPLER_KINDS else 9.0)
+    return 17.0 if row["is_default"] else (7.0 if series.knob_labelled(row["label"]) else 9.0)
 
 
 def pareto_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = None) -> Figure:
@@ -170,7 +160,7 @@ def _draw_series(axes: list[Any], pts: pd.DataFrame, band_of: np.ndarray, colors
                     sub["quality"],
                     yerr=yerr,
                     xerr=x_errors(sub, x),
-                    fmt="*" if is_def else MARKERS.get(kind, "X"),
+                    fmt="*" if is_def else series.style(kind).marker,
                     markersize=_marker_size(sub.iloc[0]),
                     markerfacecolor=color,
                     markeredgecolor="black",
@@ -184,7 +174,7 @@ def _draw_series(axes: list[Any], pts: pd.DataFrame, band_of: np.ndarray, colors
                 )
         area = _series_front_area(g) if x == "tpf" else np.nan
         name = series_name(pts, model, fam) + (f"  (front area {area:.3f})" if pd.notna(area) else "")
-        handles.append(_proxy(MARKERS.get(kind, "X"), color, name))
+        handles.append(_proxy(series.style(kind).marker, color, name))
     return handles
 
 
@@ -310,7 +300,7 @@ def _label_points(fig: Figure, axes: list[Any], pts: pd.DataFrame, band_of: np.n
                 continue
             labelled.append(marker)
             ax_texts.append(ax.text(r[x], r["quality"], text, fontsize=7.5, color="0.1", zorder=6, bbox=LABEL_BOX))
-            important = front or r["label"] != "diffusion"
+            important = front or not series.is_uniform(r["label"])
             priority.append(4 * r["is_default"] + 3 * bool(r["dominates_default"]) + 2 * important)
         hidden += len(place_labels(ax, ax_texts, labelled, priority, renderer, others).hidden)
         texts += ax_texts

@@ -9,13 +9,13 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-COLORS = {"masked": "#17becf", "diffusion": "#1f77b4", "ar": "#595959", "ar_draft": "#ff7f0e"}
+from harness.analysis.series import style as series_style
 
 
 def _panel(ax, runs: pd.DataFrame, title: str) -> None:
     for label, g in runs.groupby("label", sort=True):
         g = g.sort_values("tpf")
-        color = COLORS.get(str(label), None)
+        color = series_style(label).colour
         lo = (g["quality"] - g["quality_lo"].fillna(g["quality"])).clip(lower=0)
         hi = (g["quality_hi"].fillna(g["quality"]) - g["quality"]).clip(lower=0)
         ax.errorbar(

@@ -37,15 +37,16 @@ from matplotlib.ticker import MaxNLocator
 from harness.analysis.aggregate import SAMPLER_PREFIX, cli_parser, print_summary, summarize, tpf_range, write_table
 from harness.analysis.lengths import length_crossovers, length_figure, length_series
 from harness.analysis.scaling import crossovers, latency_figure, scaling_figure, scaling_series
+from harness.analysis.series import knob_labelled
+from harness.analysis.series import name as kind_name
+from harness.analysis.series import style as series_style
 from harness.figures.families_plot import families_figure
-from harness.figures.front_figure import MARKERS, X_AXES, pareto_figure
+from harness.figures.front_figure import X_AXES, pareto_figure
 from harness.figures.leaderboard import leaderboard_figures
 from harness.figures.parallelbench_plot import parallelbench_figures
 from harness.figures.pareto_html import pareto_html
 from harness.figures.plot_points import (
-    KIND_NAMES,
     POINT_COLUMNS,
-    SAMPLER_KINDS,
     plot_points,
     series_colors,
     series_order,
@@ -87,13 +88,13 @@ def diagnostics_figure(df: pd.DataFrame, x: str = "tpf", title: str | None = Non
                 ax.plot(
                     g[x],
                     g["_y"],
-                    marker=MARKERS.get(label, "X"),
-                    linestyle="-" if label in SAMPLER_KINDS else "none",
-                    markersize=6 if label in SAMPLER_KINDS else 9,
+                    marker=series_style(label).marker,
+                    linestyle="-" if knob_labelled(label) else "none",
+                    markersize=6 if knob_labelled(label) else 9,
                     markeredgecolor="black",
                     markeredgewidth=0.5,
                     color=colors[(model, fam)],
-                    label=f"{model} · {fam}" if several else KIND_NAMES.get(fam, fam),  # keys, as in the table
+                    label=f"{model} · {fam}" if several else kind_name(fam),  # keys, as in the table
                 )
         ax.set_xlabel(X_AXES.get(x, x))
         ax.set_title(name, fontsize=9)

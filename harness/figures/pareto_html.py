@@ -12,20 +12,12 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis import series
 from harness.analysis.aggregate import SAMPLER_PREFIX
 from harness.analysis.fronts import front_mask
 from harness.figures.front_figure import front_legend, x_errors
 from harness.figures.plot_points import HIGHLIGHT_COLOR, POINT_COLUMNS, plot_points, series_colors, series_order
 
-SYMBOLS = {
-    "diffusion": "circle",
-    "ar": "square",
-    "ar+mtp": "triangle-up",
-    "ar+draft": "diamond",
-    "ar-same-weights": "triangle-down",
-    "self-speculative": "cross",
-    "routed": "hexagon",
-}
 X_TITLES = {"tpf": "tokens per forward (TPF)", "tokens_per_second": "tokens / s"}
 
 
@@ -91,8 +83,8 @@ def pareto_html(df: pd.DataFrame, x: str, path: str | Path, title: str | None = 
         several = pts.loc[pts["family"] == fam, "model"].nunique() > 1
         name = f"{model} · {g['family_name'].iloc[0]}" if several else g["family_name"].iloc[0]
         marker: dict[str, Any] = {
-            "symbol": ["star" if d else SYMBOLS.get(kind, "x") for d in g["is_default"]],
-            "size": [20 if d else (10 if kind == "diffusion" else 13) for d in g["is_default"]],
+            "symbol": ["star" if d else series.style(kind).symbol for d in g["is_default"]],
+            "size": [20 if d else (10 if series.is_uniform(kind) else 13) for d in g["is_default"]],
             "color": color,
             "line": {
                 "color": [HIGHLIGHT_COLOR if d else "black" for d in g["dominates_default"]],

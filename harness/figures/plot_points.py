@@ -27,24 +27,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from contract.decoding import DecoderKind
 from contract.intervals import wilson_interval
+from harness.analysis import series
 from harness.analysis.aggregate import SAMPLER_PREFIX
 from harness.analysis.dominance import default_knobs, masked_default_knobs, matches_knobs
 from harness.analysis.hybrid import family_of_hybrid
 from samplers.knobs import NOT_KNOBS, label_part
 
-KIND_NAMES = {
-    "diffusion": "diffusion",
-    "ar": "AR",
-    "ar+mtp": "AR+MTP",
-    "ar+draft": "AR+draft",
-    "ar-same-weights": "AR, same weights",
-}
-# Runs whose sampler group drafts the tokens: their knobs label the points. The hybrid kinds (diffusion drafts,
-# the same weights' AR mode verifies: harness.engine.canvas_verify) are families of their own, a routed one per rule.
-SAMPLER_KINDS = ("diffusion", "self-speculative", "routed", "masked")
-MASKED = "masked"  # every masked (absorbing-state) sampler: one family, one colour (experiment=sudoku_families)
-ROUTED = "routed"
+# Kinds, their names and what labels their points: harness.analysis.series (the one style table). The hybrid kinds
+# (diffusion drafts, the same weights' AR mode verifies: harness.engine.canvas_verify) are families of their own, a
+# routed one per rule; every masked (absorbing-state) sampler is one family, one colour (experiment=sudoku_families).
+MASKED = str(DecoderKind.MASKED)
 FAMILY_NAMES = {
     "entropy_bound": "entropy bound",
     "confidence_topk": "confidence top-k",
@@ -78,11 +72,11 @@ def _missing(v: Any) -> bool:
 def family_of(row: pd.Series | dict[str, Any]) -> str:
     """The family key of a run: its sampler (+remask) for diffusion, its decoder kind for a baseline."""
     label = row.get("label")
-    if label == ROUTED:  # one family per routing rule: `routed (steps)`
+    if series.is_routed(label):  # one family per routing rule: `routed (steps)`
         return family_of_hybrid(label, row.get(f"{SAMPLER_PREFIX}verify"))
-    if label == MASKED:
+    if series.is_masked(label):
         return MASKED
-    if label != "diffusion":
+    if not series.is_uniform(label):
         return str(label)
     name = str(row.get("sampler") or "diffusion")
     rm = row.get(f"{SAMPLER_PREFIX}remask_ratio")
@@ -91,8 +85,8 @@ def family_of(row: pd.Series | dict[str, Any]) -> str:
 
 def family_name(family: str) -> str:
     """`entropy bound + remask`, `confidence top-k`, `AR+MTP`: how a family is named in a legend."""
-    if family in KIND_NAMES or family.startswith(ROUTED):
-        return KIND_NAMES.get(family, family)
+    if series.is_kind_family(family) or series.is_routed_family(family):
+        return series.name(family)
     base, remask = (family[: -len(REMASK)], True) if family.endswith(REMASK) else (family, False)
     name = FAMILY_NAMES.get(base, base.replace("_", " "))
     return f"{name} + remask" if remask else name
@@ -102,9 +96,9 @@ def is_default(row: pd.Series | dict[str, Any]) -> bool:
     """The run is the default sampler: the reference run the dominance test compared against (`reference_run`,
     `harness.analysis.dominance`) where the table names one, else a diffusion run whose knobs all equal the checkpoint's
     (`harness.analysis.dominance.default_knobs`: one definition of "the default" for the star and the red ring)."""
-    if row.get("label") == MASKED:  # the masked family's own default (block refinement at diffusers' defaults)
+    if series.is_masked(row.get("label")):  # the masked family's own default (block refinement at diffusers')
         return matches_knobs(row, masked_default_knobs())
-    if row.get("label") != "diffusion":
+    if not series.is_uniform(row.get("label")):
         return False
     ref = row.get("reference_run")
     if isinstance(ref, str) and ref:
@@ -122,15 +116,15 @@ def family_knobs(df: pd.DataFrame) -> list[str]:
 
 def point_label(row: pd.Series, knobs: list[str]) -> str:
     """`b=0.03 n=4`: the given knobs of a diffusion (or hybrid) run; a baseline's kind (`AR+MTP`)."""
-    if row["label"] not in SAMPLER_KINDS:
-        return KIND_NAMES.get(row["label"], str(row["label"]))
+    if not series.knob_labelled(row["label"]):
+        return series.name(row["label"])
     parts = []
     for c in knobs:
         v = row[c]
         if _missing(v):
             continue
         parts.append(label_part(c[len(SAMPLER_PREFIX) :], v))
-    if row["label"] == MASKED:  # one family, several samplers: the sampler names the point, and a knob is shown
+    if series.is_masked(row["label"]):  # one family, several samplers: the sampler names the point, and a knob is shown
         own = masked_sampler_defaults(str(row.get("sampler")))  # only where it differs from that sampler's default
         parts = [
             label_part(c[len(SAMPLER_PREFIX) :], row[c])
@@ -170,7 +164,7 @@ def default_description(row: pd.Series | dict[str, Any]) -> str:
         return row.get(f"{SAMPLER_PREFIX}{k}")
 
     name = str(row.get("sampler"))
-    if row.get("label") == MASKED:
+    if series.is_masked(row.get("label")):
         parts = [name.replace("_", " ")]
         if not _missing(knob("threshold")):
             parts.append(f"threshold {knob('threshold'):g}")
@@ -223,13 +217,13 @@ FAMILY_COLORS = {  # tab10 hues; red is kept for "dominates the default", grey f
     "entropy_bound+remask": "#9467bd",
     "confidence_topk": "#ff7f0e",
     "confidence_threshold": "#2ca02c",
-    "self-speculative": "#8c564b",  # hybrid decoding (diffusion drafts, the AR mode verifies): its own hues
+    str(DecoderKind.SELF_SPECULATIVE): series.STYLES[DecoderKind.SELF_SPECULATIVE].colour,  # hybrid: its own hues
     "routed (steps)": "#e377c2",
     "routed (step_cap)": "#bcbd22",
-    MASKED: "#17becf",
+    MASKED: series.STYLES[DecoderKind.MASKED].colour,
 }
 SPARE_COLORS = ["#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a"]
-BASELINE_COLOR = "#595959"
+BASELINE_COLOR = series.GREY  # every baseline on the fronts (their marker tells them apart)
 HIGHLIGHT_COLOR = "#d62728"
 NOT_WORSE_COLOR = "#2ca02c"  # faster than the default at no quality loss (within the margin): dashed green ring
 
@@ -237,12 +231,12 @@ NOT_WORSE_COLOR = "#2ca02c"  # faster than the default at no quality loss (withi
 def series_order(pts: pd.DataFrame) -> list[tuple[Any, str]]:
     """(model, family) series in legend order: diffusion families in `FAMILY_ORDER`, then baselines by kind."""
     keys = {(m, f) for m, f in zip(pts["model"], pts["family"])}
-    kinds = list(KIND_NAMES)
+    kinds = list(series.STYLES)
 
     def rank(key: tuple[Any, str]) -> tuple[int, int, str, str]:
         model, fam = key
-        if fam in KIND_NAMES:
-            return (2, kinds.index(fam), str(model), fam)
+        if series.is_kind_family(fam):
+            return (2, kinds.index(series.kind_of(fam)), str(model), fam)
         return (0 if fam in FAMILY_ORDER else 1, FAMILY_ORDER.index(fam) if fam in FAMILY_ORDER else 0, fam, str(model))
 
     return sorted(keys, key=rank)
@@ -251,7 +245,7 @@ def series_order(pts: pd.DataFrame) -> list[tuple[Any, str]]:
 def series_colors(pts: pd.DataFrame) -> dict[tuple[Any, str], str]:
     """One colour per family; with several diffusion models on one plot, one colour per (model, family) series."""
     order = series_order(pts)
-    diffusion = [k for k in order if k[1] not in KIND_NAMES]
+    diffusion = [k for k in order if not series.is_kind_family(k[1])]
     per_series = len({m for m, _ in diffusion}) > 1
     palette = [*FAMILY_COLORS.values(), *SPARE_COLORS]
     colors: dict[tuple[Any, str], str] = {}

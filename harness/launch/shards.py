@@ -55,19 +55,19 @@ def decode_shard(config_yaml: str, run_dir: str, shard: int, shards: int, batch_
     import torch
     from hydra.utils import instantiate
 
-    from harness.engine.decoders import decoder_for
     from harness.runner.identity import loaded_commit
+    from harness.runner.plan import build_decoder, decoder_plan, load_model
 
     cfg = OmegaConf.create(config_yaml)
-    sampler, ev = instantiate(cfg.sampler), instantiate(cfg.eval)
+    plan, ev = decoder_plan(cfg.model, instantiate(cfg.sampler)), instantiate(cfg.eval)
     items = checked_items(ev)[shard::shards]
     if isinstance(ev, Eval):
         ev.check_runtime()  # this shard's machine grades its items: its sandbox, before the model loads
     store = ResultStore(run_dir, shard=shard)  # a second process for the same shard fails here
     try:
         torch.manual_seed(cfg.seed)
-        model = instantiate(cfg.model)
-        decoder = decoder_for(model, sampler)
+        model = load_model(plan)
+        decoder = build_decoder(plan, model)
         run_items(ev, decoder, store, batch_size=batch_size, seed=cfg.seed, items=items)
         task = RayTask.current()
         return {

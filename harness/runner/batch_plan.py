@@ -13,8 +13,7 @@ import logging
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
-from contract.families import family_of
-from harness.runner.configs import model_kind
+from contract.families import Family
 from harness.runner.decode_shapes import ShapeInputs
 
 log = logging.getLogger(__name__)
@@ -54,7 +53,9 @@ def longest_prompt(model: DictConfig, path: str, revision: str | None, items: li
     return max(len(encode_prompt(tok, it.prompt, model.get("enable_thinking"))) for it in items)
 
 
-def plan_batch_size(cfg: DictConfig, max_new_tokens: int, sampler, items: list | None) -> int:
+def plan_batch_size(cfg: DictConfig, max_new_tokens: int, sampler, items: list | None, family: Family) -> int:
+    """The batch size to decode with (`batch_size`, or the largest that fits for `auto`); `family`: the run plan's
+    (`harness.runner.plan`), whose decode shape sizes the estimate."""
     bs = checked_batch_size(cfg.batch_size)
     if cfg.model.get("device_map"):
         if bs == "auto":
@@ -66,7 +67,7 @@ def plan_batch_size(cfg: DictConfig, max_new_tokens: int, sampler, items: list |
     path, revision = resolve_model_ref(str(cfg.model.path), "model.path"), cfg.model.get("revision")
     config = model_config(cfg.model, path, revision)
     prompt = longest_prompt(cfg.model, path, revision, items)
-    shape_of = get_method(family_of(model_kind(cfg.model)).decode_shape)
+    shape_of = get_method(family.decode_shape)
     shape = shape_of(ShapeInputs(cfg.model, sampler, config, prompt, max_new_tokens))
     limit = getattr(config.get_text_config(), "max_position_embeddings", None)
     if limit and shape.context > limit:

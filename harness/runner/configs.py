@@ -17,17 +17,17 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
-from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from contract.decoding import DecoderKind
-from contract.families import Family, family_of, family_of_target
+from contract.families import Family, family_of_target
 from contract.paths import register_path_resolver, resolve_model_ref
-from harness.engine.decoders import check_sampler_fits, sampler_group
+from harness.engine.decoders import sampler_group
 from samplers.config import VERIFY_KNOBS, ConfidenceThresholdConfig, ConfidenceTopKConfig, EntropyBoundConfig
 from samplers.diffusers_config import DIFFUSERS_SAMPLERS
 from samplers.knobs import changed_knobs, run_name_part
 from samplers.masked import MASKED_SAMPLERS
+from samplers.token_rule import TOKEN_SAMPLERS
 
 SAMPLERS = {
     **{
@@ -35,6 +35,7 @@ SAMPLERS = {
         for cls in (EntropyBoundConfig, ConfidenceTopKConfig, ConfidenceThresholdConfig, *DIFFUSERS_SAMPLERS)
     },
     **MASKED_SAMPLERS,
+    **TOKEN_SAMPLERS,
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -83,13 +84,12 @@ def run_name(
         for k in VERIFY_KNOBS:
             s.pop(k, None)
     parts = [str(m.get("name", "model")) + (f"+lora-{Path(str(m['adapter'])).name}" if m.get("adapter") else "")]
-    if family_of(model_kind(model)).takes_sampler:
-        cls = SAMPLERS.get(str(s.get("name")))
-        defaults = asdict(cls()) if cls else {}
-        knobs = [run_name_part(k, v) for k, v in changed_knobs(s, defaults).items()]
-        if s.get("stream_after_stable"):  # not a decoding knob, but its runs record other figures: named apart
-            knobs.append(run_name_part("stream_after_stable", s["stream_after_stable"]))
-        parts.append("-".join([str(s.get("name"))] + knobs))
+    cls = SAMPLERS.get(str(s.get("name")))
+    defaults = asdict(cls()) if cls else {}
+    knobs = [run_name_part(k, v) for k, v in changed_knobs(s, defaults).items()]
+    if s.get("stream_after_stable"):  # not a decoding knob, but its runs record other figures: named apart
+        knobs.append(run_name_part("stream_after_stable", s["stream_after_stable"]))
+    parts.append("-".join([str(s.get("name"))] + knobs))
     parts += [str(e.get("name", "eval")), f"s{seed}"]
     identity: list = [m, s, e, seed]
     if batch_size is not None:
@@ -237,9 +237,14 @@ def check_decoder(cfg: DictConfig, sampler) -> None:
             else "add decoder=diffusers"
         )
         raise ValueError(f"sampler={sampler.name} decodes on decoder={wants}, but decoder={name}: {fix}")
+
+
+def check_decoder_engine(cfg: DictConfig, family: Family) -> None:
+    """`decoder=diffusers` once the model's family is known: the family has that engine, uncompiled, installed."""
+    name = str((cfg.get("decoder") or {}).get("name", "engine"))
     if name != "diffusers":
         return
-    family, target = family_of(model_kind(cfg.model)), cfg.model.get("_target_")
+    target = cfg.model.get("_target_")
     if name not in family.engines:
         raise ValueError(f"model._target_: decoder=diffusers has no engine for a {family.kind} model ({target})")
     if cfg.model.get("compile"):
@@ -248,21 +253,9 @@ def check_decoder(cfg: DictConfig, sampler) -> None:
         raise ValueError("decoder=diffusers: diffusers is not installed (pip install --no-deps diffusers==0.42.1)")
 
 
-def check_family(model: DictConfig, sampler: DictConfig) -> None:
-    """The sampler must be one of the model's family's (`contract.families`), then the family's own checks run
-    (`Family.config_check`). Reads no weights."""
-    family = family_of(model_kind(model))
-    try:
-        check_sampler_fits(family, sampler)
-    except ValueError as e:
-        raise ValueError(f"{e}; {model.get('name')}'s family: {sorted(samplers_of(family))}") from None
-    if family.config_check:
-        get_method(family.config_check)(model, sampler)
-
-
 def samplers_of(family: Family) -> list[str]:
     """The sampler names a family takes (the listing in errors and the API)."""
-    return [n for n, cls in SAMPLERS.items() if family.takes_sampler and sampler_group(cls) == family.sampler_group]
+    return [n for n, cls in SAMPLERS.items() if sampler_group(cls) == family.sampler_group]
 
 
 def check_masked_config(model: DictConfig, sampler: DictConfig) -> None:

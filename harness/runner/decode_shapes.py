@@ -23,7 +23,7 @@ class DecodeShape:
 @dataclass(frozen=True)
 class ShapeInputs:
     model: DictConfig  # cfg.model
-    sampler: Any  # the instantiated sampler config (None for a family that takes none)
+    sampler: Any  # the instantiated sampler config (the AR families: their token rule)
     config: Any  # the checkpoint's transformers config
     prompt_tokens: int  # the longest prompt
     max_new_tokens: int

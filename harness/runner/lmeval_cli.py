@@ -11,8 +11,8 @@ lm-eval's. `--model_args` keys:
   contract.scoring.LikelihoodConfig);
 - `run_dir`: a folder for our per-request rows (resumable); default: rows kept in memory only;
 - any other key is a `model.<key>=<value>` override of the model's config (e.g. `path=...`, `device=cuda`).
-The decoder is built as `python -m harness.run model=<model> sampler=<sampler>` builds it (`build_decoder`, the same
-steps as `harness.api.decoder_from_config`, which sits above this layer).
+The decoder is built as `python -m harness.run model=<model> sampler=<sampler>` builds it
+(`harness.runner.plan.compose_plan` + `build_decoder`, as `harness.api.decoder_from_config`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from lm_eval.api.registry import register_model
 
 from contract.scoring import LikelihoodConfig
 from evals.lmeval.model import DecoderLM
+from harness.runner.plan import build_decoder, compose_plan
 
 _OWN = {"model", "sampler", "seed", "chat", "max_gen_toks", "run_dir"}
 
@@ -61,7 +62,7 @@ class HarnessLM(DecoderLM):
         overrides += [f"model.{k}={v}" for k, v in kw.items()]
         if device and str(device) != "cuda":  # lm-eval's default device is cuda; a model's own yaml says where it runs
             overrides.append(f"model.device={device}")
-        decoder = build_decoder(overrides)
+        decoder = build_decoder(compose_plan(overrides))
         store = MemoryStore()
         if own.get("run_dir"):
             from harness.runner.store import ResultStore
@@ -77,24 +78,6 @@ class HarnessLM(DecoderLM):
             max_gen_toks=int(own.get("max_gen_toks", 256)),
             likelihood=LikelihoodConfig(**{"batch_size": bs, **knobs}),
         )
-
-
-def build_decoder(overrides: list[str]):
-    """Compose conf/ with `overrides` and build its decoder: sampler and model checked before the weights load."""
-    from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
-
-    from contract.paths import REPO_ROOT
-    from harness.engine.decoders import decoder_for
-    from harness.runner.configs import check_family, check_model_path, register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
-    sampler = instantiate(cfg.sampler)
-    check_model_path(cfg.model)
-    check_family(cfg.model, cfg.sampler)
-    return decoder_for(instantiate(cfg.model), sampler)
 
 
 def check_cli_datasets(argv: list[str]) -> None:

@@ -19,24 +19,38 @@ from harness.runner.batch_check import BatchCheckConfig
 from harness.runner.batch_plan import plan_batch_size
 from harness.runner.configs import (
     check_decoder,
+    check_decoder_engine,
     check_eval_hub_access,
-    check_family,
     check_model_path,
     check_thinking_switch,
 )
 from harness.runner.device_check import check_device
 from harness.runner.evaluate import checked_items
+from harness.runner.identity import decoder_identity, model_identity
+from harness.runner.plan import DecoderPlan, decoder_plan
 
 
 @dataclass(frozen=True)
 class Preflight:
-    """What a checked config instantiates: the run's parts, handed down to the decode."""
+    """The resolved run plan: what a checked config decodes as (`decoder`: family, model class and kind, sampler,
+    resolved once; `harness.runner.plan.build_decoder(plan.decoder)` builds it), the run's name and identity (the
+    weights' fingerprints a resume must match), and its parts, handed down to the decode."""
 
-    sampler: Any  # the sampler config (samplers.config / samplers.masked)
+    decoder: DecoderPlan
+    run_name: str
+    identity: dict[str, Any]  # harness.runner.identity: fingerprints of the weights (and of a decoder not ours)
     ev: Any  # the eval
     items: list | None  # None: a self-driving eval (lm-eval) that builds its items while it runs
     batch_size: int
     check: BatchCheckConfig
+
+    @property
+    def sampler(self) -> Any:
+        return self.decoder.sampler
+
+    @property
+    def family(self):
+        return self.decoder.family
 
 
 def check_top_level(cfg: DictConfig) -> None:
@@ -58,11 +72,12 @@ def preflight(cfg: DictConfig, check_launch=None) -> Preflight:
     cheap ones, before the two that read the checkpoint."""
     check_top_level(cfg)
     sampler = instantiate(cfg.sampler)
-    check_decoder(cfg, sampler)  # decoder=diffusers: diffusers' schedulers, a family that has that engine
+    check_decoder(cfg, sampler)  # decoder=diffusers: diffusers' schedulers
     ev = instantiate(cfg.eval)
     check_device(cfg.model)  # model.device=cuda without CUDA: before any download
     check_model_path(cfg.model)  # also: a gated hub model without a token fails here
-    check_family(cfg.model, cfg.sampler)  # the family's samplers, and its own checks (masked: mask id, blocks)
+    plan = decoder_plan(cfg.model, sampler)  # the family, once: its samplers, its own checks (masked: mask id)
+    check_decoder_engine(cfg, plan.family)  # decoder=diffusers: a family that has that engine
     check_eval_hub_access(ev)
     if isinstance(ev, Eval):
         ev.check_runtime()  # a code eval's sandbox: SandboxUnavailable here, not after the weights loaded
@@ -72,5 +87,6 @@ def preflight(cfg: DictConfig, check_launch=None) -> Preflight:
     if check_launch is not None:
         check_launch(cfg, ev)
     check_thinking_switch(cfg.model)
-    batch_size = plan_batch_size(cfg, ev.max_new_tokens, sampler, items)
-    return Preflight(sampler, ev, items, batch_size, check)
+    batch_size = plan_batch_size(cfg, ev.max_new_tokens, sampler, items, plan.family)
+    identity = {**model_identity(cfg.model), **decoder_identity(cfg.get("decoder"))}
+    return Preflight(plan, str(cfg.run_name), identity, ev, items, batch_size, check)

@@ -7,20 +7,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from contract.families import family_of, records_sampler
 from evals.decode_order import ar_like_note
-from harness.runner.configs import model_kind
 
 log = logging.getLogger(__name__)
 
 
 def saved_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config as config.yaml keeps it. A family that takes no sampler (AR) records `sampler: null`:
-    the composed sampler's knobs never shaped its samples, so its record does not carry them."""
-    saved = OmegaConf.to_container(cfg, resolve=True)
-    if not family_of(model_kind(cfg.model)).takes_sampler:
-        saved["sampler"] = None
-    return saved
+    """The resolved config as config.yaml keeps it: every family's sampler (AR: its token rule) shaped its samples."""
+    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def report_values(report: DictConfig | None, model: DictConfig, label: str) -> dict[str, Any] | None:
@@ -41,14 +35,14 @@ def report_values(report: DictConfig | None, model: DictConfig, label: str) -> d
 
 
 def run_info(cfg: DictConfig, ev, sampler, label: str, info: dict, metrics: dict) -> dict[str, Any]:
-    """The `run` block: names, the decoder's description, the sampler's knobs where they drafted the tokens, what
-    a report preset expects, and the eval id runs are compared on (where it ran is added by the entry point)."""
+    """The `run` block: names, the decoder's description, the sampler's knobs (every family's), what a report
+    preset expects, and the eval id runs are compared on (where it ran is added by the entry point)."""
     out = {
         "run_name": cfg.run_name,
         "label": label,
         "model": cfg.model.name,
         "eval": ev.name,
-        "sampler": sampler.knobs() if records_sampler(label) else {},
+        "sampler": sampler.knobs(),
         "seed": cfg.seed,
         "decoder": info,
     }
