@@ -378,14 +378,13 @@ def main(argv: list[str] | None = None) -> int:
     revisions = dict(r.split("=", 1) for r in a.revision)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     out = a.out / stamp
-    rows = [
-        check_family(FAMILIES[f], a.code_dir, revisions.get(f), out, a.batch_size, SHAPES[s])
-        for f in a.families
-        for s in (a.shapes if not isinstance(FAMILIES[f].shrink, dict) else a.shapes[:1])
-    ]
+    rows: list[HubCheckRow] = []
+    for f in a.families:
+        for s in a.shapes if not isinstance(FAMILIES[f].shrink, dict) else a.shapes[:1]:
+            rows.append(check_family(FAMILIES[f], a.code_dir, revisions.get(f), out, a.batch_size, SHAPES[s]))
+            out.mkdir(parents=True, exist_ok=True)  # after every row: a long check's finished rows are kept
+            (out / "hub_check.json").write_text(json.dumps([asdict(r) | {"passed": r.passed} for r in rows], indent=2))
     print(table(rows), case_table(rows), sep="\n\n")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "hub_check.json").write_text(json.dumps([asdict(r) | {"passed": r.passed} for r in rows], indent=2))
     print(f"-> {out / 'hub_check.json'}")
     if a.record:
         record(a.record, rows, stamp[:10])
