@@ -106,7 +106,8 @@ def standin(pick: str, name: str = "standin", cases: list[Case] | None = None) -
         cases=cases or [Case(10, "low_confidence", {"steps_per_block": 4, "eos_early_stop": False}, block_length=4)],
         own=own,
         routine=f"generate.py: generate(pick={pick})",
-        model_overrides={"trust_remote_code": True},
+        # its routine runs x[:, :hi]: the last block's positions past the request are hidden (tiny_masked: visible)
+        model_overrides={"trust_remote_code": True, "tail": "hidden"},
     )
 
 
