@@ -35,7 +35,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from contract.text import encode_prompt
-from harness.hub_families import FAMILIES, HubFamily
+from harness.hub_families import FAMILIES, SHAPES, Case, HubFamily, Shape
 from models.tiny_remote import TOKENIZER_FILES, TinyRemote, buffer_report, build_tiny_remote
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,17 +53,21 @@ class HubCheckRow:
     family: str
     source: str
     revision: str
+    shape: str = ""
     loads: bool | None = None
     buffers_ok: bool | None = None
     decodes: bool | None = None
     identical: int | None = None
     prompts: int = len(PROMPTS)
+    by_design: int = 0  # prompts that differ as their case documents (and match the routine with `explain`)
     note: str = ""
+    cases: list[dict[str, Any]] = field(default_factory=list)  # per case: label, identical, prompts, by_design
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return bool(self.loads and self.buffers_ok and self.decodes and self.identical == self.prompts)
+        ok = self.loads and self.buffers_ok and self.decodes and self.identical is not None
+        return bool(ok and self.identical + self.by_design == self.prompts)
 
 
 def one_line(stage: str, err: BaseException) -> str:
@@ -160,15 +164,43 @@ def probe_diff(adapter: Any, built: torch.nn.Module) -> float:
     return (adapter.model(input_ids=ids, **kwargs).logits - built(input_ids=ids, **kwargs).logits).abs().max().item()
 
 
-def decode_with_run(fam: HubFamily, tiny: TinyRemote, work: Path, batch_size: int) -> dict[str, list[int]]:
+def prompt_texts(case: Case, tokenizer: Any) -> list[str]:
+    """The case's prompts: `PROMPTS`, or texts of exactly `case.prompt_lengths` tokens (seeded letters, joined or
+    space-separated, whichever this tokenizer reads as one token per letter)."""
+    if case.prompt_lengths is None:
+        return list(PROMPTS)
+    g = torch.Generator().manual_seed(len(case.prompt_lengths))
+    texts = []
+    for k in case.prompt_lengths:
+        letters = [chr(97 + int(i)) for i in torch.randint(0, 26, (k,), generator=g)]
+        fits = [t for t in ("".join(letters), " ".join(letters)) if len(encode_prompt(tokenizer, t)) == k]
+        if not fits:
+            raise ValueError(f"no prompt text of {k} tokens for this tokenizer")
+        texts.append(fits[0])
+    return texts
+
+
+def case_overrides(fam: HubFamily, case: Case) -> list[str]:
+    """The sampler overrides, and `model.block_length` where the case's differs from the shipped yaml's."""
+    shipped = OmegaConf.load(REPO / "conf" / "model" / f"{fam.model_yaml}.yaml").get("block_length")
+    block = [] if case.block_length in (None, shipped) else [f"model.block_length={case.block_length}"]
+    return [*case.overrides(), *block]
+
+
+def decode_with_run(
+    fam: HubFamily, tiny: TinyRemote, work: Path, batch_size: int, case: Case | None = None, texts=None
+) -> dict[str, list[int]]:
     """`python -m harness.run eval=prompts` in a subprocess (as a user runs it); the records' token ids by prompt id."""
+    case, texts = case or fam.case, texts or PROMPTS
+    work.mkdir(parents=True, exist_ok=True)
     prompts = work / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": p}) + "\n" for i, p in enumerate(texts)))
     run_dir = work / "run"
     m = run_overrides(fam, tiny.path)
     args = [f"model={fam.model_yaml}", *(f"model.{k}={_value(v)}" for k, v in m.items())]
-    args += ["eval=prompts", f"eval.path={prompts}", f"eval.max_new_tokens={fam.case.max_new_tokens}"]
-    args += [*fam.case.overrides(), f"batch_size={batch_size}", "resume=false", f"hydra.run.dir={run_dir}"]
+    args += ["eval=prompts", f"eval.path={prompts}", f"eval.max_new_tokens={case.max_new_tokens}"]
+    args += [*case_overrides(fam, case), f"batch_size={case.batch or batch_size}", "resume=false"]
+    args += [f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "harness.run", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=1800
@@ -197,40 +229,81 @@ def cut_at_eos(ids: list[int], eos: set[int], limit: int) -> list[int]:
     return next((ids[: i + 1] for i, t in enumerate(ids) if t in eos), ids)
 
 
+def first_diff(a: list[int], b: list[int]) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def own_rows(fam: HubFamily, tiny: TinyRemote, folder: Path, adapter: Any, case: Case, ids, args) -> list[list[int]]:
+    """The family's routine on the case's prompts (in-memory model, greedy), each cut as the records are."""
+    eos, n = set(adapter.eos_ids), case.max_new_tokens
+    with torch.no_grad():
+        return [cut_at_eos(t, eos, n) for t in fam.own(tiny.model, ids, case, adapter.mask_id, folder, args)]
+
+
+def compare_case(
+    fam: HubFamily, tiny: TinyRemote, folder: Path, adapter: Any, case: Case, texts: list[str], ours: dict
+) -> dict[str, Any]:
+    """One case: the routine against the records, prompt by prompt; where the case documents a difference by
+    design, the prompts that differ are run again with `explain` and count as by design only if they then match."""
+    ids = [encode_prompt(adapter.tokenizer, t) for t in texts]
+    theirs = own_rows(fam, tiny, folder, adapter, case, ids, case.routine)
+    mine = [ours[str(i)] for i in range(len(texts))]
+    differ = [i for i in range(len(texts)) if mine[i] != theirs[i]]
+    explained: list[list[int]] = []
+    if differ and case.by_design:
+        explained = own_rows(fam, tiny, folder, adapter, case, ids, case.routine | case.explain)
+    by_design = [i for i in differ if explained and explained[i] == mine[i]]
+    mismatches = [
+        {"prompt": i, "prompt_tokens": len(ids[i]), "first_diff": first_diff(mine[i], theirs[i])}
+        | {"ours": mine[i], "theirs": theirs[i], "by_design": i in by_design}
+        for i in differ
+    ]
+    return {"label": case.label, "prompt_tokens": [len(x) for x in ids], "batch": case.batch or 1} | {
+        "identical": len(texts) - len(differ), "prompts": len(texts), "by_design": len(by_design),
+        "why": case.by_design if by_design else "", "mismatches": mismatches,
+    }  # fmt: skip
+
+
 def compare_own(
     fam: HubFamily, tiny: TinyRemote, folder: Path, adapter: Any, ours: dict[str, list[int]], row: HubCheckRow
 ) -> None:
-    """The family's own routine on each prompt (batch 1, greedy, in-memory model) against the records."""
-    eos, n = set(adapter.eos_ids), fam.case.max_new_tokens
-    same, first_diff = 0, []
-    for i, prompt in enumerate(PROMPTS):
-        ids = torch.tensor([encode_prompt(adapter.tokenizer, prompt)])
-        with torch.no_grad():
-            theirs = cut_at_eos(fam.own(tiny.model, ids, fam.case, adapter.mask_id, folder), eos, n)
-        mine = ours[str(i)]
-        if mine == theirs:
-            same += 1
-        else:
-            at = next((k for k, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
-            first_diff.append({"prompt": i, "first_diff": at, "ours": mine, "theirs": theirs})
-    row.identical, row.details["mismatches"] = same, first_diff
-    if first_diff and not row.note:
-        d = first_diff[0]
+    """The family's default case against the records (kept for callers that decode it themselves)."""
+    record_case(row, compare_case(fam, tiny, folder, adapter, fam.case, list(PROMPTS), ours))
+
+
+def record_case(row: HubCheckRow, res: dict[str, Any]) -> None:
+    """Add a case's counts to the row; the first unexplained difference becomes the row's note."""
+    row.cases.append(res)
+    row.identical = (row.identical or 0) + res["identical"]
+    row.prompts = sum(c["prompts"] for c in row.cases)
+    row.by_design += res["by_design"]
+    row.details.setdefault("mismatches", []).extend({"case": res["label"]} | m for m in res["mismatches"])
+    bad = [m for m in res["mismatches"] if not m["by_design"]]
+    if bad and not row.note:
+        d = bad[0]
         row.note = (
-            f"parity: prompt {d['prompt']} differs from token {d['first_diff']} ({len(first_diff)} of {len(PROMPTS)})"
+            f"parity: {res['label']}: prompt {d['prompt']} differs from token {d['first_diff']} "
+            f"({len(bad)} of {res['prompts']})"
         )
 
 
 def check_family(
-    fam: HubFamily, code_dir: Path | None, revision: str | None, out: Path, batch_size: int = 1
+    fam: HubFamily,
+    code_dir: Path | None,
+    revision: str | None,
+    out: Path,
+    batch_size: int = 1,
+    shape: Shape | None = None,
 ) -> HubCheckRow:
-    """Every stage for one family; a failure ends this family's row, never the check."""
-    work = out / fam.name
-    row = HubCheckRow(fam.name, fam.repo if code_dir is None else str(code_dir / fam.name), revision or "main")
+    """Every stage for one family at one shape, every case; a failure ends this row, never the check."""
+    name = shape.name if shape is not None and not isinstance(fam.shrink, dict) else ""
+    work = out / fam.name / name if name else out / fam.name
+    row = HubCheckRow(fam.name, fam.repo if code_dir is None else str(code_dir / fam.name), revision or "main", name)
     try:
         folder, row.source, row.revision = obtain_code(fam, code_dir, revision, work)
         fallbacks = run_overrides(fam, work).get("torch_fallbacks")
-        tiny = build_tiny_remote(folder, work / "tiny", fam.shrink, fam.auto_class, fam.mask_id, fam.eos_ids, fallbacks)
+        shrink = fam.shrink_for(shape)
+        tiny = build_tiny_remote(folder, work / "tiny", shrink, fam.auto_class, fam.mask_id, fam.eos_ids, fallbacks)
     except Exception as e:
         row.loads, row.note = False, one_line("build", e)
         return row
@@ -238,17 +311,22 @@ def check_family(
     if adapter is None:
         return row
     row.details["sampler"] = fam.case.sampler_name()
-    try:
-        ours = decode_with_run(fam, tiny, work, batch_size)
-        row.decodes = True
-    except Exception as e:
-        row.decodes, row.note = False, row.note or one_line("decode", e)
-        return row
-    try:
-        compare_own(fam, tiny, folder, adapter, ours, row)
-    except Exception as e:
-        row.details["own_routine_error"] = one_line(f"own routine ({fam.routine})", e)
-        row.note = row.note or row.details["own_routine_error"]
+    row.identical, row.prompts, done = None, 0, {}
+    for k, case in enumerate(fam.cases):
+        try:
+            texts = prompt_texts(case, adapter.tokenizer)
+            key = json.dumps([case_overrides(fam, case), case.max_new_tokens, case.batch, texts])
+            if key not in done:  # cases that differ only in the routine's arguments share one harness.run
+                done[key] = decode_with_run(fam, tiny, work / f"case{k}", batch_size, case, texts)
+            row.decodes = row.decodes is not False
+        except Exception as e:
+            row.decodes, row.note = False, row.note or one_line(f"decode ({case.label})", e)
+            continue
+        try:
+            record_case(row, compare_case(fam, tiny, folder, adapter, case, texts, done[key]))
+        except Exception as e:
+            row.details.setdefault("own_routine_error", one_line(f"own routine ({fam.routine}, {case.label})", e))
+            row.note = row.note or row.details["own_routine_error"]
     return row
 
 
@@ -258,15 +336,32 @@ def _mark(v: bool | None) -> str:
 
 def table(rows: list[HubCheckRow]) -> str:
     lines = [
-        "| family | source @ revision | loads | buffers ok | decodes | parity | note |",
-        "|---|---|---|---|---|---|---|",
+        "| family | shape | source @ revision | loads | buffers ok | decodes | parity | note |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         parity = "-" if r.identical is None else f"{r.identical}/{r.prompts}"
+        parity += f" (+{r.by_design} by design)" if r.by_design else ""
         lines.append(
-            f"| {r.family} | {r.source} @ {r.revision} | {_mark(r.loads)} | {_mark(r.buffers_ok)} | "
+            f"| {r.family} | {r.shape or '-'} | {r.source} @ {r.revision} | {_mark(r.loads)} | {_mark(r.buffers_ok)} | "
             f"{_mark(r.decodes)} | {parity} | {r.note or 'ok'} |"
         )
+    return "\n".join(lines)
+
+
+def case_table(rows: list[HubCheckRow]) -> str:
+    """One line per family, shape and case: prompts' token counts, batch, identical X/Y, and why where by design."""
+    lines = [
+        "| family | shape | case | prompt tokens, batch | identical | differs by design |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        for c in r.cases:
+            why = f"{c['by_design']}: {c['why']}" if c["by_design"] else ""
+            lines.append(
+                f"| {r.family} | {r.shape or '-'} | {c['label']} | {c['prompt_tokens']}, {c['batch']} | "
+                f"{c['identical']}/{c['prompts']} | {why} |"
+            )
     return "\n".join(lines)
 
 
@@ -275,17 +370,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--code-dir", type=Path, help="a folder with one sub-folder of code files per family (no hub)")
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--revision", action="append", default=[], help="FAMILY=REV: pin a hub revision")
-    p.add_argument("--batch-size", type=int, default=1, help="harness.run's batch (the own routines run batch 1)")
+    p.add_argument("--batch-size", type=int, default=1, help="harness.run's batch for cases that set none")
+    p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), help="tiny model shapes")
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "hub_check")
     p.add_argument("--record", type=Path, help="append the table's rows to this markdown list (docs/hub_revisions.md)")
     a = p.parse_args(argv)
     revisions = dict(r.split("=", 1) for r in a.revision)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     out = a.out / stamp
-    rows = [check_family(FAMILIES[f], a.code_dir, revisions.get(f), out, a.batch_size) for f in a.families]
-    print(table(rows))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "hub_check.json").write_text(json.dumps([asdict(r) | {"passed": r.passed} for r in rows], indent=2))
+    rows: list[HubCheckRow] = []
+    for f in a.families:
+        for s in a.shapes if not isinstance(FAMILIES[f].shrink, dict) else a.shapes[:1]:
+            rows.append(check_family(FAMILIES[f], a.code_dir, revisions.get(f), out, a.batch_size, SHAPES[s]))
+            out.mkdir(parents=True, exist_ok=True)  # after every row: a long check's finished rows are kept
+            (out / "hub_check.json").write_text(json.dumps([asdict(r) | {"passed": r.passed} for r in rows], indent=2))
+    print(table(rows), case_table(rows), sep="\n\n")
     print(f"-> {out / 'hub_check.json'}")
     if a.record:
         record(a.record, rows, stamp[:10])
@@ -296,7 +395,9 @@ def record(path: Path, rows: list[HubCheckRow], date: str) -> None:
     """One row per family (family | source | revision | date | result) added under the file's table's last row."""
     lines = path.read_text().splitlines() if path.exists() else ["| family | source | revision | date | result |"]
     new = [
-        f"| {r.family} | {r.source} | {r.revision} | {date} | {'pass' if r.passed else 'FAIL: ' + r.note} |"
+        f"| {r.family}{' ' + r.shape if r.shape else ''} | {r.source} | {r.revision} | {date} | "
+        f"{'pass' if r.passed else 'FAIL: ' + r.note} ({r.identical}/{r.prompts}"
+        f"{f', +{r.by_design} by design' if r.by_design else ''}) |"
         for r in rows
     ]
     at = max((i for i, line in enumerate(lines) if line.startswith("|")), default=len(lines) - 1) + 1

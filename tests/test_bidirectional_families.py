@@ -83,6 +83,36 @@ def llada_reference(model, prompt, gen_length, block_length, steps, mask_id) -> 
     return _cut(x[0, p:].tolist()), forwards
 
 
+def llada_batch_reference(model, prompts, gen, block, steps, mask_id, attention_mask=True) -> list[list[int]]:
+    """LLaDA's generate.py on a batch as its main() builds one: prompts left padded (pad = EOS, as its tokenizer's
+    pad), the padding hidden by its `attention_mask` (its forward: (1 - mask) * min added to every query's keys) or,
+    with `attention_mask=False`, attended; positions are the padded canvas's (its forward takes none)."""
+    width = max(len(q) for q in prompts)
+    x = torch.tensor([[EOS] * (width - len(q)) + q + [mask_id] * gen for q in prompts])
+    seen = torch.tensor([[0] * (width - len(q)) + [1] * (len(q) + gen) for q in prompts], dtype=torch.float64)
+    t = x.shape[1]
+    bias = (
+        (1.0 - seen)[:, None, None, :] * torch.finfo(torch.float64).min if attention_mask else 0 * seen[:, None, None]
+    )
+    bias = bias.expand(len(prompts), 1, t, t).to(model.dtype)
+    for b in range(gen // block):
+        lo, hi = width + b * block, width + (b + 1) * block
+        n = (x[:, lo:hi] == mask_id).sum(-1)
+        counts = [[int(m) // steps + (i < int(m) % steps) for i in range(steps)] for m in n]
+        for i in range(steps):
+            masked = x == mask_id
+            logits = model(input_ids=x, attention_mask=bias, position_ids=torch.arange(t)[None]).logits
+            x0 = logits.argmax(-1)
+            conf = torch.softmax(logits, -1).gather(-1, x0[..., None])[..., 0]
+            conf[:, hi:] = -math.inf
+            conf = torch.where(masked, conf, -math.inf)
+            x0 = torch.where(masked, x0, x)
+            for j in range(len(prompts)):
+                pick = torch.topk(conf[j], counts[j][i]).indices
+                x[j, pick] = x0[j, pick]
+    return [_cut(row[width:].tolist()) for row in x]
+
+
 def dream_reference(model, prompt, max_new_tokens, steps, alg, mask_id) -> list[int]:
     """Dream's diffusion_generate (`_sample`), greedy, one row, as we read it: the answer cut after EOS."""
     p = len(prompt)
@@ -138,6 +168,19 @@ def test_llada_equals_its_generate_whole_answer_canvas(path, gen, steps):
     assert today != ref
 
 
+def test_llada_batch_of_unequal_prompts_equals_its_generate_given_the_attention_mask(path):
+    """Item 7 of issue 54: batch 3, prompts of unequal lengths, blocks of 4 over 8 new tokens. Ours (no padding:
+    each row at its own positions) equals LLaDA's generate.py on the left-padded batch with its attention mask;
+    called without it (its default `attention_mask=None`), it attends the pad tokens and decodes otherwise
+    (differs by design: docs/masked.md "Hub families at other shapes")."""
+    ad = _llada(path)
+    reqs = _requests(ad, [(t, 8) for t in ("The quick brown fox", "Hi", "Once upon a time there was")])
+    ours = _both_batches(ad, LowConfidenceConfig(steps_per_block=2), reqs)
+    prompts = [q.prompt_ids for q in reqs]
+    assert ours == llada_batch_reference(ad.model, prompts, 8, 4, 2, ad.mask_id)
+    assert ours != llada_batch_reference(ad.model, prompts, 8, 4, 2, ad.mask_id, attention_mask=False)
+
+
 def test_llada_counts_its_forwards_and_records_fills(path):
     """One forward per step until a block is filled (LLaDA runs every step; with steps <= block length each step
     fills a position, so the counts agree), TPF = tokens / forwards, fills and the trajectory kept."""
@@ -165,6 +208,19 @@ def test_dream_equals_its_diffusion_generate(path, alg, confidence, steps):
     ours = _both_batches(ad, LowConfidenceConfig(steps_per_block=steps), reqs)
     ref = [dream_reference(ad.model, q.prompt_ids, q.max_new_tokens, steps, alg, ad.mask_id) for q in reqs]
     assert ours == ref
+
+
+@pytest.mark.slow  # 40 forwards a row, twice: ~8 s each
+@pytest.mark.parametrize("alg, confidence", [("topk_margin", "margin"), ("entropy", "entropy")])
+def test_dream_one_step_per_token_on_unequal_prompts_equals_its_diffusion_generate(path, alg, confidence):
+    """Item 7 of issue 54's Dream setting: as many steps as new tokens (40), so most steps' share
+    int(masks * (1 - s / t)) is 0 or 1, on prompts of 15 and 33 tokens in one batch."""
+    ad = _dream(path, confidence)
+    texts = ["The quick brown", "Once upon a time there was a sea."]
+    reqs = _requests(ad, [(t, 40) for t in texts])
+    assert [len(q.prompt_ids) for q in reqs] == [15, 33]
+    ours = _both_batches(ad, LowConfidenceConfig(steps_per_block=40), reqs)
+    assert ours == [dream_reference(ad.model, q.prompt_ids, 40, 40, alg, ad.mask_id) for q in reqs]
 
 
 def test_dream_schedule_is_not_the_even_split_and_the_sampler_can_choose(path):

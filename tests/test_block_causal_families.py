@@ -181,10 +181,13 @@ def _llada21_generate(model, prompt, block, g, thr, edit_thr, max_post, eos, mas
     return _cut(x[p : p + g].tolist(), {eos}), forwards
 
 
-def _sdar_generate(model, prompt, block, g, steps, thr, stops, mask) -> list[int]:
+def _sdar_generate(model, prompt, block, g, steps, thr, stops, mask, topk_in_masks=False, whole=False):
     """SDAR's block_diffusion_generate as read (greedy, low_confidence_dynamic): the prompt's whole blocks prefilled
     into a K/V cache; each block's forwards read it without storing their own K/V (here: cropped away), and one
-    more forward stores the finished block's; nothing hidden; stop ids looked for when a block ends."""
+    more forward stores the finished block's; nothing hidden; stop ids looked for when a block ends. Each step's
+    share comes from the block length; where it exceeds the masks left, its `topk` also takes positions of
+    confidence -inf (committed or prompt tokens) and rewrites them: `topk_in_masks` takes only masked ones.
+    `whole`: the whole canvas (prompt included) instead of the cut answer."""
     p = len(prompt)
     n_blocks = -(-(p + g) // block)
     total = n_blocks * block
@@ -216,11 +219,11 @@ def _sdar_generate(model, prompt, block, g, steps, thr, stops, mask) -> list[int
             fill = conf > thr
             if fill.sum() < shares[step]:
                 fill = torch.zeros(block, dtype=torch.bool)
-                fill[conf.topk(shares[step]).indices] = True
+                fill[conf.topk(min(shares[step], int(active.sum())) if topk_in_masks else shares[step]).indices] = 1
             x[s:e] = torch.where(fill, tok, x[s:e])
         if any(t in stops for t in x[p:].tolist()):
             break
-    return _cut(x[p : p + g].tolist(), stops)
+    return x.tolist() if whole else _cut(x[p : p + g].tolist(), stops)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -340,6 +343,32 @@ def test_sdar_cache_path_equals_block_diffusion_generate(checkpoints, block, eos
     for q, o in zip(reqs, _ours(ad, cfg, reqs), strict=True):
         ref = _sdar_generate(ad.model, q.prompt_ids, block, q.max_new_tokens, block, 0.85, {eos}, ad.mask_id)
         assert o.token_ids == ref, q.sample_id
+
+
+@pytest.mark.slow  # ours at batch 1 and 3 plus two reference loops over 7 prompts
+@pytest.mark.parametrize(("block", "steps", "thr"), [(4, 2, 0.3), (4, 1, 0.5), (8, 4, 0.99), (8, 2, 0.3)])
+def test_sdar_dynamic_below_one_step_per_position_equals_its_generate_with_topk_in_masks(
+    checkpoints, block, steps, thr
+):
+    """Item 7 of issue 54: SDAR's rule at fewer steps than block positions (shares > 1), prompts whose blocks start
+    inside the prompt, batch 1 and 3. Ours equals its block_diffusion_generate where its `topk` takes only masked
+    positions; as written, it rewrites committed answer tokens and even prompt tokens of the first block whenever a
+    share exceeds the masks left (differs by design: docs/masked.md "Hub families at other shapes"). Ours never
+    changes the prompt."""
+    path = checkpoints[block]
+    ad = _adapter(path, "visible", "cache")
+    cfg = BlockRefinementConfig(threshold=thr, steps_per_block=steps)
+    reqs = _requests(ad, block, 23)
+    rewrites = 0
+    for q, o in zip(reqs, _ours(ad, cfg, reqs), strict=True):
+        args = (ad.model, q.prompt_ids, block, q.max_new_tokens, steps, thr, {1}, ad.mask_id)
+        assert o.token_ids == _sdar_generate(*args, topk_in_masks=True), q.sample_id
+        as_written = _sdar_generate(*args, whole=True)
+        rewrites += (
+            as_written[: len(q.prompt_ids)] != q.prompt_ids
+            or _cut(as_written[len(q.prompt_ids) : len(q.prompt_ids) + q.max_new_tokens], {1}) != o.token_ids
+        )
+    assert rewrites > 0  # the setting reaches the routine's rewrite: what this test holds ours apart from
 
 
 # --------------------------------------------------------------------------------------------------

@@ -85,10 +85,14 @@ def code_dir(tmp_path_factory):
     return root
 
 
-def standin(pick: str, name: str = "standin") -> HubFamily:
-    def own(model, ids, case, mask_id, code_dir):
-        gen = load_routine_module(code_dir, f"standin_{pick}")
-        return gen.generate(model, ids, mask_id, case.max_new_tokens, case.block_length, pick=pick)
+def standin(pick: str, name: str = "standin", cases: list[Case] | None = None) -> HubFamily:
+    def own(model, prompts, case, mask_id, code_dir, args):
+        how = args.get("pick", pick)
+        gen = load_routine_module(code_dir, f"standin_{how}")
+        return [
+            gen.generate(model, torch.tensor([p]), mask_id, case.max_new_tokens, case.block_length, pick=how)
+            for p in prompts
+        ]
 
     return HubFamily(
         name=name,
@@ -99,10 +103,11 @@ def standin(pick: str, name: str = "standin") -> HubFamily:
         eos_ids=[EOS_ID],
         shrink={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
         | {"num_key_value_heads": 2, "head_dim": 16},
-        case=Case(10, "low_confidence", {"steps_per_block": 4, "eos_early_stop": False}, block_length=4),
+        cases=cases or [Case(10, "low_confidence", {"steps_per_block": 4, "eos_early_stop": False}, block_length=4)],
         own=own,
         routine=f"generate.py: generate(pick={pick})",
-        model_overrides={"trust_remote_code": True},
+        # its routine runs x[:, :hi]: the last block's positions past the request are hidden (tiny_masked: visible)
+        model_overrides={"trust_remote_code": True, "tail": "hidden"},
     )
 
 
@@ -122,7 +127,45 @@ def test_a_routine_that_decodes_otherwise_is_reported(code_dir, tmp_path):
     row = hub_check.check_family(standin("leftmost"), code_dir, None, tmp_path)
     assert row.loads and row.buffers_ok and row.decodes
     assert row.identical < row.prompts and not row.passed
-    assert row.note.startswith("parity: prompt ") and row.details["mismatches"]
+    assert row.note.startswith("parity: default: prompt ") and row.details["mismatches"]
+
+
+KNOBS = {"steps_per_block": 4, "eos_early_stop": False}
+
+
+@pytest.mark.slow  # one build and one harness.run (the three cases share it): ~20 s
+def test_cases_at_a_shape_batched_unequal_prompts_and_documented_differences(code_dir, tmp_path):
+    """Issue 54 item 7's machinery: a shape the family maps onto its keys, prompts of given token counts in one
+    batch of 3, and cases whose routine differs by design: counted as such only when the routine with `explain`
+    (the documented cause taken away) then matches ours; otherwise a parity failure named in the note."""
+    from harness.hub_families import SHAPES
+
+    batched = Case(10, "low_confidence", KNOBS, 4, "batch 3", (5, 9, 3), 3)
+    documented = Case(
+        10, "low_confidence", KNOBS, 4, "leftmost, documented", (5, 9, 3), 3, {"pick": "leftmost"}, "why",
+        {"pick": "confident"},
+    )  # fmt: skip
+    unexplained = Case(
+        10, "low_confidence", KNOBS, 4, "leftmost, wrongly explained", (5, 9, 3), 3, {"pick": "leftmost"}, "why",
+        {"pick": "leftmost"},
+    )  # fmt: skip
+    fam = standin("confident", cases=[batched, documented, unexplained])
+    fam.shrink = lambda s: {"hidden_size": s.hidden, "intermediate_size": s.ffn, "num_hidden_layers": s.layers} | {
+        "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads, "head_dim": s.hidden // s.heads
+    }  # fmt: skip
+    row = hub_check.check_family(fam, code_dir, None, tmp_path, shape=SHAPES["h96-l3"])
+    cfg = json.loads((tmp_path / "standin" / "h96-l3" / "tiny" / "config.json").read_text())
+    assert (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (96, 6, 3)
+    assert row.shape == "h96-l3" and [c["prompt_tokens"] for c in row.cases] == [[5, 9, 3]] * 3
+    assert len(list((tmp_path / "standin" / "h96-l3").glob("case*"))) == 1  # one harness.run for the three
+    assert [(c["identical"], c["by_design"]) for c in row.cases][:1] == [(3, 0)]
+    doc, wrong = row.cases[1], row.cases[2]
+    assert doc["identical"] < 3 and doc["identical"] + doc["by_design"] == 3 and doc["why"] == "why"
+    assert wrong["by_design"] == 0 and wrong["identical"] == doc["identical"]
+    assert not row.passed and row.note.startswith("parity: leftmost, wrongly explained: prompt ")
+    assert "| standin | h96-l3 | leftmost, documented | [5, 9, 3], 3 |" in hub_check.case_table([row])
+    documented_only = dict(loads=True, buffers_ok=True, decodes=True, identical=4, prompts=6, by_design=2)
+    assert hub_check.HubCheckRow("f", "s", "r", **documented_only).passed
 
 
 def test_one_family_failing_does_not_stop_the_others(code_dir, tmp_path, monkeypatch, capsys):
@@ -171,10 +214,12 @@ def test_cut_at_eos_keeps_the_eos_and_the_limit():
 def test_a_decode_that_fails_in_harness_run_is_named_in_one_line(code_dir, tmp_path):
     """Loaded fine, but harness.run refuses the sampler setting: decodes NO, with harness.run's own message."""
     fam = standin("confident")
-    fam.case = Case(10, "low_confidence", {"steps_per_block": 0}, block_length=4)
+    fam.cases = [Case(10, "low_confidence", {"steps_per_block": 0}, block_length=4)]
     row = hub_check.check_family(fam, code_dir, None, tmp_path)
     assert row.loads and row.buffers_ok and row.decodes is False and row.identical is None
-    assert row.note.startswith("decode: RuntimeError: harness.run exited 1: ") and "steps_per_block" in row.note
+    assert (
+        row.note.startswith("decode (default): RuntimeError: harness.run exited 1: ") and "steps_per_block" in row.note
+    )
 
 
 def test_hub_mode_takes_code_and_config_from_the_snapshot_never_weights(code_dir, tmp_path, monkeypatch):
