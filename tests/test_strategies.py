@@ -12,7 +12,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from harness.strategies_check import CHECKS, Row, check
+from harness.strategies_check.checks import CHECKS, Row, check
 from samplers.config import SamplerConfigError
 from samplers.masked_rule import MaskedStepIn
 from samplers.strategies import STRATEGIES

@@ -1,5 +1,5 @@
-"""The runners behind `harness.strategies_check`: the authors' generate functions on recording models, our `step`
-beside each of their forwards (module docstring of `harness.strategies_check`).
+"""The LLaDA-family runners of `harness.strategies_check`: the authors' generate functions on recording models, our
+`step` beside each of their forwards (`harness.strategies_check.checks`).
 
 A replay keeps what our rule answered at a forward; at the next forward (or at the end) the block their loop
 produced from the same logits must equal it. Only the authors' loops decide the trajectory; our rule is checked at
@@ -22,7 +22,7 @@ from samplers.masked import transfer_schedule
 from samplers.masked_rule import MaskedStepIn
 from samplers.strategies import STRATEGIES
 
-WORK = Path(__file__).resolve().parents[1] / "outputs" / "strategies_check"
+WORK = Path(__file__).resolve().parents[2] / "outputs" / "strategies_check"
 LLADA_MASK, LLADA_VOCAB = 126336, 126464
 LLADA_SHRINK = {"d_model": 64, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "mlp_hidden_size": 128}
 RANDOM_VOCAB, SHARPNESS = 40, (1.0, 4.0, 12.0)  # random-logit cases: small vocab, soft to saturated softmax

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import torch
 
 from harness.hub_families import load_routine_module
-from harness.strategy_parity import RandomLogits, Tally, step_in
+from harness.strategies_check.replay import RandomLogits, Tally, step_in
 from samplers.strategies import STRATEGIES
 
 QWEN_MASK, QWEN_STOP, QWEN_VOCAB, PAD = 151665, 151645, 152064, 151643

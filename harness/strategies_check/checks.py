@@ -14,7 +14,7 @@ random logits of several sharpness levels (many more cases, ties and multi-token
 draws use torch's global RNG (Gumbel-max / multinomial), which our counter-based streams do not reproduce.
 One row per strategy (strategy | source | model | cases | identical steps X/Y | identical cases X/Y); the exit status
 is non-zero unless every row passes. Adding a strategy is one `StrategyCheck` entry in `CHECKS`
-(`harness.strategy_parity` and `harness.strategy_parity_v2` hold the runners).
+(`replay.py` and `fast_dllm_v2.py` beside this module hold the runners).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import strategy_parity as sp
-from harness import strategy_parity_v2 as sp_v2
+from harness.strategies_check import fast_dllm_v2 as sp_v2
+from harness.strategies_check import replay as sp
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -117,7 +117,3 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "strategies_check.json").write_text(json.dumps([asdict(r) | {"passed": r.passed} for r in rows], indent=2))
     return 0 if rows and all(r.passed for r in rows) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
