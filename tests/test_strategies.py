@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 
 from harness.strategies_check.checks import CHECKS, Row, check
 from samplers.config import SamplerConfigError
-from samplers.masked_rule import MaskedStepIn
+from samplers.masked_rule import BlockPlan, MaskedStepIn
 from samplers.strategies import STRATEGIES
 from tests.helpers.app import compose_app
 
@@ -35,13 +35,12 @@ def cases(n: int = 40):
         yield logits, block, share
 
 
-def step_in(logits, block, share) -> MaskedStepIn:
+def step_in(logits, block, share, seeded=False) -> MaskedStepIn:
     b = block.shape[0]
-    one = torch.ones(b, dtype=torch.long)
-    return MaskedStepIn(
-        logits, block, torch.ones_like(block, dtype=torch.bool), 0 * one, 8 * one, share,
-        torch.zeros(3, b, dtype=torch.long), one.bool(), MASK, [None] * b,
-    )  # fmt: skip
+    plans = [BlockPlan(8, [int(s)], seeded) for s in share]
+    keys = torch.zeros(3, b, dtype=torch.long)
+    editable = torch.ones_like(block, dtype=torch.bool)
+    return MaskedStepIn(logits, block, editable, plans, [0] * b, [True] * b, keys, MASK, [None] * b)
 
 
 def probs_row(logits_row):
@@ -193,11 +192,22 @@ def test_own_checkpoint_configs_name_it_and_fail_before_download_offline(model, 
         check_model_path(cfg.model)
 
 
-def test_the_engine_that_composes_the_rule_itself_is_refused():
-    """The engine on main calls block_end with six positional arguments; a strategy refuses, naming itself."""
-    for cls in STRATEGIES.values():
-        with pytest.raises(SamplerConfigError, match=f"sampler={cls.name}"):
-            cls().block_end(True, False, False, 1, 4, 0)
+def test_a_seeded_block_commits_its_first_token_alone():
+    """An AR-seeded plan (the layout's seed): its first forward fills position 0 only, the model's prediction."""
+    logits = torch.randn(2, 8, 5) * 10
+    block = torch.full((2, 8), MASK)
+    for name, knobs, _ in RULES:
+        out = STRATEGIES[name](**knobs).step(step_in(logits, block.clone(), torch.tensor([3, 3]), seeded=True))
+        assert out.filled[:, 0].all() and out.filled.sum() == 2, name
+        assert torch.equal(out.block[:, 0], logits[:, 0].argmax(-1))
+
+
+def test_the_registry_and_every_masked_model_take_them():
+    from contract.families import family_of
+    from harness.runner.configs import SAMPLERS, samplers_of
+
+    assert all(SAMPLERS[n] is c for n, c in STRATEGIES.items())
+    assert set(STRATEGIES) <= set(samplers_of(family_of("masked")))
 
 
 def test_strategies_check_reports_a_missing_code_folder(tmp_path):

@@ -28,6 +28,7 @@ from samplers.config import VERIFY_KNOBS, ConfidenceThresholdConfig, ConfidenceT
 from samplers.diffusers_config import DIFFUSERS_SAMPLERS
 from samplers.knobs import changed_knobs, run_name_part
 from samplers.masked import MASKED_SAMPLERS
+from samplers.strategies import STRATEGIES
 
 SAMPLERS = {
     **{
@@ -35,6 +36,7 @@ SAMPLERS = {
         for cls in (EntropyBoundConfig, ConfidenceTopKConfig, ConfidenceThresholdConfig, *DIFFUSERS_SAMPLERS)
     },
     **MASKED_SAMPLERS,
+    **STRATEGIES,  # the field's strategies (samplers/strategies), each its own rule
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

@@ -69,9 +69,9 @@ class BlockReplay:
 
     def observe(self, block: torch.Tensor, logits: torch.Tensor) -> None:
         shifted = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # as batch_sample shifts them
-        editable = torch.ones_like(block, dtype=torch.bool)
         n = block.shape[1]
-        o = self.cfg.step(step_in(shifted, block, editable, self.step, n, 1, self.mask_id))
+        plan = self.cfg.plan(n, n, n)  # its block holds its first token already (the AR seed is its loop's)
+        o = self.cfg.step(step_in(shifted, block, plan, 0, self.mask_id))
         self.expected, self.before = o.block, block.clone()
         self.step += 1
 

@@ -18,8 +18,7 @@ from types import SimpleNamespace
 import torch
 
 from harness.hub_families import load_routine_module
-from samplers.masked import transfer_schedule
-from samplers.masked_rule import MaskedStepIn
+from samplers.masked_rule import BlockPlan, MaskedStepIn
 from samplers.strategies import STRATEGIES
 
 WORK = Path(__file__).resolve().parents[2] / "outputs" / "strategies_check"
@@ -45,27 +44,23 @@ class Tally:
         self.first_diff = self.first_diff or other.first_diff
 
 
-def step_in(
-    logits: torch.Tensor, block: torch.Tensor, editable: torch.Tensor, i: int, steps: int, share: int, mask_id: int
-) -> MaskedStepIn:
-    """Our rule's input for one forward of their loop (greedy: the stream keys are unused)."""
+def step_in(logits: torch.Tensor, block: torch.Tensor, plan: BlockPlan, i: int, mask_id: int) -> MaskedStepIn:
+    """Our rule's input for one forward of their loop, every row at step `i` of `plan` (greedy: keys unused)."""
     b = block.shape[0]
-    full = torch.full((b,), 1, dtype=torch.long)
-    return MaskedStepIn(
-        logits, block.clone(), editable, full * i, full * steps, full * share, torch.zeros(3, b, dtype=torch.long),
-        full.bool() & (i == 0), mask_id, [None] * b,
-    )  # fmt: skip
+    editable = torch.ones_like(block, dtype=torch.bool)
+    keys = torch.zeros(3, b, dtype=torch.long)
+    return MaskedStepIn(logits, block.clone(), editable, [plan] * b, [i] * b, [i == 0] * b, keys, mask_id, [None] * b)
 
 
 class SeqReplay:
     """A model for LLaDA-style generate functions (`model(x).logits` over the whole sequence, unshifted): each call
     compares the sequence it is given with our answer to the previous call, then computes our answer to this one."""
 
-    def __init__(self, model, cfg, mask_id: int, prompt_len: int, block_length: int, steps: int, name: str):
+    def __init__(self, model, cfg, mask_id: int, prompt_len: int, block_length: int, gen_length: int, name: str):
         self.model, self.cfg, self.mask_id, self.name = model, cfg, mask_id, name
-        self.prompt_len, self.block_length, self.steps = prompt_len, block_length, steps
+        self.prompt_len, self.block_length, self.gen_length = prompt_len, block_length, gen_length
         self.device = torch.device("cpu")
-        self.expected, self.start, self.i, self.schedule = None, None, 0, []
+        self.expected, self.start, self.i, self.plan = None, None, 0, None
         self.tally = Tally(name)
 
     def compare(self, x: torch.Tensor) -> None:
@@ -92,12 +87,10 @@ class SeqReplay:
         first = int(masked_first(x, self.mask_id, self.prompt_len))
         s = self.prompt_len + (first - self.prompt_len) // self.block_length * self.block_length
         e = s + self.block_length
-        if s != self.start:  # a new block: our plan's shares (LLaDA's get_num_transfer_tokens)
+        if s != self.start:  # a new block: our plan (for PC-Sampler: LLaDA's get_num_transfer_tokens)
             self.start, self.i = s, 0
-            self.schedule = transfer_schedule(int((x[0, s:e] == self.mask_id).sum()), self.steps)
-        share = self.schedule[min(self.i, len(self.schedule) - 1)]
-        editable = torch.ones_like(x[:, s:e], dtype=torch.bool)
-        o = self.cfg.step(step_in(logits[:, s:e], x[:, s:e], editable, self.i, self.steps, share, self.mask_id))
+            self.plan = self.cfg.plan(self.block_length, self.gen_length, self.block_length)
+        o = self.cfg.step(step_in(logits[:, s:e], x[:, s:e], self.plan, self.i, self.mask_id))
         self.expected = x.clone()
         self.expected[:, s:e] = o.block
         self.i += 1
@@ -168,8 +161,7 @@ def run_llada_family(code_dir: Path, name: str, call, shapes, cfg_of) -> list[Ta
             for j, prompt in enumerate(prompts(vocab, k)):
                 cfg = cfg_of(shape)
                 gen, block = shape["gen_length"], shape["block_length"]
-                steps = cfg.steps_for(gen, block)
-                rec = SeqReplay(factory(100 * k + j), cfg, mask_id, prompt.shape[1], block, steps, name)
+                rec = SeqReplay(factory(100 * k + j), cfg, mask_id, prompt.shape[1], block, gen, name)
                 final = call(rec, prompt, shape, mask_id)
                 rec.compare(final)
                 total.add(rec.tally)
@@ -243,7 +235,7 @@ def run_pc_sampler(code_dir: Path) -> list[Tally]:
             (16, 16, 16, 0.25, 10.0),
             (32, 16, 8, 0.25, 10.0),
             (24, 8, 12, 1.0, 2.0),
-            (16, 8, 16, 0.0, 0.5),
+            (16, 8, 16, 0.0, 10.0),
         )
     ]
 

@@ -1,11 +1,7 @@
-"""What every ported strategy shares: the draw of a step's tokens and the answer type, and the guard that keeps a
-strategy off an engine that composes the masked rule itself.
+"""What every ported strategy shares: the draw of a step's tokens, the AR-seeded first token, the answer type.
 
-A strategy is a `MaskedSamplerConfig` subclass whose `step` is its authors' selection rule (`samplers.masked_rule`).
-Until the engine calls `step` (issue 52 item 1), `harness.engine.masked` would run such a config through its own
-composition (`refine` with the config's knobs): a different rule under the strategy's name. That engine calls
-`block_end` with six positional arguments, the rule-interface engine with one `BlockProgress`; the legacy call is
-refused here, naming the sampler, so a run never reports the wrong rule as the strategy's.
+A strategy is a `MaskedSamplerConfig` subclass whose `step` is its authors' selection rule (`samplers.masked_rule`);
+`plan`, `block_end` and the EOS rule stay the base class's unless a strategy says otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from samplers.masked import MaskedSamplerConfig, draw
 if TYPE_CHECKING:
     import torch
 
-    from samplers.masked_rule import BlockProgress, MaskedStepIn, MaskedStepOut
+    from samplers.masked_rule import MaskedStepIn, MaskedStepOut
 
 
 def step_tokens(x: MaskedStepIn, cfg: MaskedSamplerConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,12 +31,17 @@ def step_tokens(x: MaskedStepIn, cfg: MaskedSamplerConfig) -> tuple[torch.Tensor
 
 
 def fill_out(x: MaskedStepIn, tokens: torch.Tensor, fill: torch.Tensor) -> MaskedStepOut:
-    """The step's answer for a rule that only fills masks (no edit, no re-mask): the drawn token where `fill`."""
+    """The step's answer for a rule that only fills masks (no edit, no re-mask): the drawn token where `fill`; at a
+    seeded block's first forward (its plan's `seeded`, the layout's AR seed) only its first position, the model's
+    AR prediction, as the base rule does."""
     import torch
 
     from samplers.masked_rule import MaskedStepOut
 
-    fill = fill & (x.block == x.mask_id)
+    fresh = torch.tensor([p.seeded and f for p, f in zip(x.plans, x.first, strict=True)], device=fill.device)
+    head = torch.zeros_like(fill)
+    head[:, 0] = True
+    fill = torch.where(fresh[:, None], head, fill) & (x.block == x.mask_id)
     none = torch.zeros_like(fill)
     return MaskedStepOut(torch.where(fill, tokens, x.block), fill, none, none, list(x.carry))
 
@@ -55,11 +56,3 @@ class StrategyConfig(MaskedSamplerConfig):
             value = getattr(self, key)
             if value not in (None, 0, 0.0):
                 raise SamplerConfigError(f"sampler.{key}: {self.name} has no such rule; must stay off, got {value!r}")
-
-    def block_end(self, progress: BlockProgress, *legacy) -> tuple[bool, bool]:
-        if legacy:
-            raise SamplerConfigError(
-                f"sampler={self.name}: its rule is its own step(); this engine composes the masked rule itself "
-                "(issue 52 item 1 not merged), so it would decode another rule under this name"
-            )
-        return super().block_end(progress)

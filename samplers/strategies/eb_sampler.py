@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from samplers.masked import _is_num, _require
+from samplers.ranking import sort_rank
 from samplers.strategies.base import StrategyConfig, fill_out, step_tokens
 
 if TYPE_CHECKING:
@@ -47,12 +48,11 @@ def entropy_bounded_fill(entropy: torch.Tensor, active: torch.Tensor, gamma: flo
     import torch
 
     h = torch.where(active, entropy.float(), torch.inf)
-    srt, order = h.sort(dim=-1, stable=True)
+    srt = h.sort(dim=-1, stable=True).values
     finite = torch.where(srt.isfinite(), srt, 0.0)
     spread = finite.cumsum(-1) - finite.cummax(-1).values  # nondecreasing: the bound holds on a prefix
     k = ((spread <= gamma) & srt.isfinite()).sum(-1, keepdim=True).clamp(min=1)
-    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(h.shape[-1], device=h.device).expand_as(order))
-    return (rank < k) & active
+    return (sort_rank(h) < k) & active
 
 
 @dataclass

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from samplers.masked import _is_num, _require
+from samplers.ranking import sort_rank
 from samplers.strategies.base import StrategyConfig, fill_out, step_tokens
 
 if TYPE_CHECKING:
@@ -64,10 +65,7 @@ def top_share(score: torch.Tensor, active: torch.Tensor, share: torch.Tensor) ->
     """(B, L) bool: each row's `share` highest-scoring active positions (the lower position first at a tie)."""
     import torch
 
-    s = torch.where(active, score, -torch.inf)
-    order = s.argsort(dim=-1, descending=True, stable=True)
-    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(s.shape[-1], device=s.device).expand_as(order))
-    return (rank < share[:, None]) & active
+    return (sort_rank(torch.where(active, score, -torch.inf), descending=True) < share[:, None]) & active
 
 
 @dataclass
@@ -101,4 +99,4 @@ class PCSamplerConfig(StrategyConfig):
         tokens, prob = step_tokens(x, self)
         freq = background(self.baseline, x.logits.shape[-1]).to(x.logits.device)
         score = pc_scores(prob, tokens, freq, self.lambd, self.alpha)
-        return fill_out(x, tokens, top_share(score, x.block == x.mask_id, x.share))
+        return fill_out(x, tokens, top_share(score, x.block == x.mask_id, self.shares(x)))
