@@ -13,18 +13,21 @@ the authors' modeling file for the LLaDA-based ones; a tiny Qwen2 behind Fast-dL
 random logits of several sharpness levels (many more cases, ties and multi-token fills included). Greedy: their
 draws use torch's global RNG (Gumbel-max / multinomial), which our counter-based streams do not reproduce.
 One row per strategy (strategy | source | model | cases | identical steps X/Y | identical cases X/Y); the exit status
-is non-zero unless every row passes. Adding a strategy is one `StrategyCheck` entry in `CHECKS`
-(`replay.py` and `fast_dllm_v2.py` beside this module hold the runners).
+is non-zero unless every row passes. The `*_e2e` rows run the CLI instead: `python -m harness.run` against their
+generate on the same tiny LLaDA (`end_to_end.py`). Adding a strategy is one `StrategyCheck` entry in `CHECKS`
+(`replay.py`, `fast_dllm_v2.py` and `end_to_end.py` beside this module hold the runners).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.strategies_check import end_to_end as e2e
 from harness.strategies_check import fast_dllm_v2 as sp_v2
 from harness.strategies_check import replay as sp
 
@@ -63,6 +66,19 @@ CHECKS = [
         "NEUIR/PC-Sampler@8b106b0 src/generate.py: generate_with_pc_sampler",
         ("pc_sampler", "dparallel", "llada"),
         sp.run_pc_sampler,
+    ),
+    *(
+        StrategyCheck(
+            f"{name}_e2e",
+            f"{source} vs python -m harness.run",
+            ("dparallel", "llada", "pc_sampler"),
+            functools.partial(e2e.run, name=name),
+        )
+        for name, source in (
+            ("dparallel", "czg1225/dParallel@2ca4d14 generate"),
+            ("eb_sampler", "NEUIR/PC-Sampler@8b106b0 generate_with_eb_sampler"),
+            ("pc_sampler", "NEUIR/PC-Sampler@8b106b0 generate_with_pc_sampler"),
+        )
     ),
 ]
 

@@ -235,7 +235,7 @@ def run_pc_sampler(code_dir: Path) -> list[Tally]:
             (16, 16, 16, 0.25, 10.0),
             (32, 16, 8, 0.25, 10.0),
             (24, 8, 12, 1.0, 2.0),
-            (16, 8, 16, 0.0, 10.0),
+            (16, 8, 16, 0.0, 100.0),  # lambd 0: no position decay; alpha high: no clamp (clamped ties: by design)
         )
     ]
 
