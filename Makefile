@@ -6,7 +6,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: venv test test-fast lint sweep families search films tiny-models pareto bench gpu-check gpu-plan kernel-build hub-check clean
+.PHONY: venv test test-fast lint sweep families search films tiny-models pareto bench gpu-check gpu-plan kernel-build hub-check strategies-check clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -86,6 +86,9 @@ gpu-check:  ## one prepared GPU script (docs/gpu_check.md); offline: the machine
 hub-check: venv  ## masked hub families: tiny copies of their own code vs their own generate (docs/masked.md); CODE_DIR=, FAMILIES=, RECORD=1
 	HF_HUB_OFFLINE=$(if $(CODE_DIR),1,0) $(PY) -m harness.hub_check $(if $(CODE_DIR),--code-dir $(CODE_DIR)) \
 	  $(if $(FAMILIES),--families $(FAMILIES)) $(if $(RECORD),--record docs/hub_revisions.md)
+
+strategies-check: venv  ## the ported strategies' rules vs their authors' generate functions (docs/samplers.md); CODE_DIR= (required), STRATEGIES=
+	HF_HUB_OFFLINE=1 $(PY) -m harness.strategies_check --code-dir $(CODE_DIR) $(if $(STRATEGIES),--strategies $(STRATEGIES))
 
 clean:
 	rm -rf outputs/runs outputs/sweeps outputs/plots

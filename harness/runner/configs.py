@@ -27,6 +27,7 @@ from samplers.config import VERIFY_KNOBS, ConfidenceThresholdConfig, ConfidenceT
 from samplers.diffusers_config import DIFFUSERS_SAMPLERS
 from samplers.knobs import changed_knobs, run_name_part
 from samplers.masked import MASKED_SAMPLERS
+from samplers.strategies import STRATEGIES
 from samplers.token_rule import TOKEN_SAMPLERS
 
 SAMPLERS = {
@@ -36,6 +37,7 @@ SAMPLERS = {
     },
     **MASKED_SAMPLERS,
     **TOKEN_SAMPLERS,
+    **STRATEGIES,  # the field's strategies (samplers/strategies), each its own rule
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

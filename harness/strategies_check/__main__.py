@@ -1,0 +1,3 @@
+from harness.strategies_check.checks import main
+
+raise SystemExit(main())
