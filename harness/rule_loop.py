@@ -1,7 +1,7 @@
-"""Run a masked rule (`samplers.masked_rule`: plan / step / block_end) over a tiny model the way LLaDA's generate
-lays a decode out (the whole answer on the canvas, blocks from the prompt's end, every position seeing every
-other), rows in one `step` call each at its own block and step. The strategies' parity tests run this loop against
-the authors' generate functions; the engine runs the same calls (harness.engine.masked).
+"""Run a masked rule (`samplers.masked_rule`: plan / step / block_end) over a model the way LLaDA's generate lays a
+decode out (the whole answer on the canvas, blocks from the prompt's end, every position seeing every other), rows
+in one `step` call each at its own block and step. `harness.strategy_parity_llada` runs this loop against the
+authors' generate functions until the engine (harness.engine.masked) makes the same calls.
 
 Two layouts beyond the plain canvas, as the authors' code runs them: `shadow` (WINO) appends a copy of the current
 block as mask tokens at the block's positions, which nothing but itself attends and whose query i sees the real
@@ -33,17 +33,18 @@ class Row:
     total: int = 0
     plan: object = None
     done: bool = False
-    log: list = field(default_factory=list)
+    remasked: int = 0  # tokens re-masked (WINO's narrow out)
+    cut: int = 0  # forwards on a canvas cut at `canvas_end` (SlowFast's fast phase)
+    trace: list = field(default_factory=list)  # each forward's input ids (the shadow block included)
 
     @property
     def lo(self) -> int:
         return self.prompt + self.block * self.width
 
 
-def logits_of(
-    model, x: list[int], lo: int, width: int, mask_id: int, shadow: bool, canvas_end: int = -1
-) -> torch.Tensor:
+def logits_of(row: Row, model, mask_id: int, shadow: bool, canvas_end: int = -1) -> torch.Tensor:
     """The block's logits (L, V), or the block's and its shadow's (2L, V), from one forward."""
+    x, lo, width = row.x, row.lo, row.width
     ids = torch.tensor([x])
     if canvas_end >= 0:
         ids = ids[:, : lo + canvas_end]
@@ -57,6 +58,7 @@ def logits_of(
         seen[:, t:] = False  # nothing attends the shadow ...
         seen[t:, t:] = True  # ... but itself
         seen[t:, lo : lo + width] = ~torch.eye(width, dtype=torch.bool)  # query i: the real block but position i
+    row.trace.append(ids[0].tolist())
     dtype = next(model.parameters()).dtype
     mask = torch.zeros(seen.shape, dtype=dtype).masked_fill(~seen, torch.finfo(dtype).min)[None, None]
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos[None]).logits[0]
@@ -66,21 +68,22 @@ def logits_of(
     return torch.cat([block, out[t:]]) if shadow else block
 
 
-def decode(rule, model, prompts: list[list[int]], gen: int, width: int, mask_id: int, shadow: bool = False):
-    """(answers, forwards per row): every row decoded by `rule`, all busy rows in each step call."""
+def decode(
+    rule, model, prompts: list[list[int]], gen: int, width: int, mask_id: int, shadow: bool = False
+) -> list[Row]:
+    """Every row decoded by `rule`, all busy rows in each step call: each row's canvas (`x`), forwards (`total`)
+    and each forward's input (`trace`)."""
     rows = [Row(list(p) + [mask_id] * gen, len(p), gen, width) for p in prompts]
     for r in rows:
         r.plan = rule.plan(width, gen, width)
     while busy := [r for r in rows if not r.done]:
         _step(rule, model, busy, mask_id, shadow)
-    return [r.x[r.prompt :] for r in rows], [r.total for r in rows]
+    return rows
 
 
 def _step(rule, model, rows: list[Row], mask_id: int, shadow: bool) -> None:
     ends = [int(r.carry["canvas_end"]) if r.carry and "canvas_end" in r.carry else -1 for r in rows]
-    logits = torch.stack(
-        [logits_of(model, r.x, r.lo, r.width, mask_id, shadow, e) for r, e in zip(rows, ends, strict=True)]
-    )
+    logits = torch.stack([logits_of(r, model, mask_id, shadow, e) for r, e in zip(rows, ends, strict=True)])
     block = torch.tensor([r.x[r.lo : r.lo + r.width] for r in rows])
     shares = [r.plan.shares[min(r.step, len(r.plan.shares) - 1)] if r.plan.shares else 0 for r in rows]
     keys = torch.tensor([[0] * len(rows), [r.block for r in rows], [r.forwards for r in rows]])
@@ -94,6 +97,7 @@ def _step(rule, model, rows: list[Row], mask_id: int, shadow: bool) -> None:
         had = mask_id in r.x[r.lo : r.lo + r.width]
         r.x[r.lo : r.lo + r.width] = out.block[i].tolist()
         r.carry, r.forwards, r.total = out.carry[i], r.forwards + 1, r.total + 1
+        r.remasked, r.cut = r.remasked + int(out.remasked[i].sum()), r.cut + (ends[i] >= 0)
         r.step += had
         r.post += not had
         left = mask_id in r.x[r.lo : r.lo + r.width]
