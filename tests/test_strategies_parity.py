@@ -1,4 +1,4 @@
-"""WINO, SlowFast and KLASS against their authors' own generate functions (harness.strategy_parity_llada), run
+"""WINO, SlowFast and KLASS against their authors' own generate functions (harness.strategies_check.llada), run
 where a folder of the authors' repositories is given (`STRATEGIES_CODE_DIR`: wino/, slowfast/, klass/; never
 committed here); `make strategies-check` runs more cases. Without it only the check's own behaviour is tested."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import rule_loop, strategies_check
-from harness import strategy_parity_llada as llada
+from harness import strategies_check
+from harness.strategies_check import llada, rule_loop
 from samplers.strategies.klass import KlassConfig
 
 CODE = Path(os.environ.get("STRATEGIES_CODE_DIR", "/nonexistent"))

@@ -7,11 +7,12 @@ revisions): `wino/` (Feng-Hong/WINO-DLLM), `slowfast/` (LiangrunFlora/Slow-Fast-
 (shkim0116/KLASS), each the repository's root as `git archive` writes it.
 
 Their own generate function runs, unmodified, on a tiny random LLaDA-style model; ours runs the same prompts
-(1-3 at a time, in one step call) through `harness.rule_loop`; every forward's input and the answer must be the same,
-token for token (`harness.strategy_parity_llada`). Greedy: their draws use torch's global RNG (Gumbel-max), which our
-counter-based streams do not reproduce. One row per strategy and model (strategy | source | model | cases |
-identical steps X/Y | identical cases X/Y); a row whose difference is a stated gap (`known`) is reported, not failed;
-the exit status is non-zero unless every other row passes. Adding a strategy is one `StrategyCheck` in `CHECKS`.
+(1-3 at a time, in one step call) through `rule_loop` (LLaDA's layout, until the engine calls `step`); every
+forward's input and the answer must be the same, token for token (`llada`: the runs of the authors' LLaDA-based
+functions). Greedy: their draws use torch's global RNG (Gumbel-max), which our counter-based streams do not
+reproduce. One row per strategy and model (strategy | source | model | cases | identical steps X/Y | identical
+cases X/Y); a row whose difference is a stated gap (`known`) is reported, not failed; the exit status is non-zero
+unless every other row passes. Adding a strategy is one `StrategyCheck` in `CHECKS`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import strategy_parity_llada as llada
+from harness.strategies_check import llada
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KLASS_GAP = "KL across a block boundary: ours starts each block with no previous distribution (docs/samplers.md)"
 
 
@@ -128,7 +129,3 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "strategies_check.json").write_text(json.dumps([asdict(r) | {"passed": r.passed} for r in rows], indent=2))
     return 0 if rows and all(r.passed for r in rows) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

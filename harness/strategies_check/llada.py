@@ -1,5 +1,5 @@
 """WINO, SlowFast and KLASS against their authors' own generate functions (all three written for LLaDA): the
-authors' function and our rule (`harness.rule_loop`, the LLaDA layout the engine follows) decode the same random
+authors' function and our rule (`rule_loop`, the LLaDA layout the engine follows) decode the same random
 prompts on the same tiny LLaDA-style model; a case is identical when every forward's input (the canvas it ran on)
 and the answer are the same, token for token. Greedy only: their draws add Gumbel noise from torch's global RNG
 (`torch.rand_like` over the whole canvas's logits), which our counter-based streams do not reproduce.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from harness import rule_loop
+from harness.strategies_check import rule_loop
 
 REPOS = {  # strategy -> (its folder: the repository's root, the file with the generate function, its name)
     "wino": ("wino", "LLaDA/decoding.py", "decoding_wino"),

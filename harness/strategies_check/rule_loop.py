@@ -1,6 +1,6 @@
 """Run a masked rule (`samplers.masked_rule`: plan / step / block_end) over a model the way LLaDA's generate lays a
 decode out (the whole answer on the canvas, blocks from the prompt's end, every position seeing every other), rows
-in one `step` call each at its own block and step. `harness.strategy_parity_llada` runs this loop against the
+in one `step` call each at its own block and step. `harness.strategies_check.llada` runs this loop against the
 authors' generate functions until the engine (harness.engine.masked) makes the same calls.
 
 Two layouts beyond the plain canvas, as the authors' code runs them: `shadow` (WINO) appends a copy of the current
