@@ -12,8 +12,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from harness.strategies_check.rule_loop import step_input
 from samplers.config import SamplerConfigError
-from samplers.masked_rule import BlockProgress, MaskedStepIn
+from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn
 from samplers.strategies.klass import KlassConfig
 from samplers.strategies.slowfast import SlowFastConfig
 from samplers.strategies.wino import WinoConfig
@@ -37,11 +38,12 @@ def _block(gen: torch.Generator, b: int, width: int, vocab: int, p_mask: float) 
 
 def _step_in(logits, block, carry, step=None, share=None) -> MaskedStepIn:
     b = block.shape[0]
-    z = torch.zeros(b, dtype=torch.long)
-    return MaskedStepIn(
-        logits, block, torch.ones_like(block, dtype=torch.bool), z if step is None else step, z + 99,
-        z + 1 if share is None else share, torch.zeros(3, b, dtype=torch.long), z.bool(), MASK, carry,
-    )  # fmt: skip
+    step = [0] * b if step is None else step.tolist()
+    plans = [BlockPlan(99, [1 if share is None else int(s)]) for s in (share if share is not None else [1] * b)]
+    editable = torch.ones_like(block, dtype=torch.bool)
+    return step_input(
+        logits, block, editable, plans, step, [False] * b, torch.zeros(3, b, dtype=torch.long), MASK, carry
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -323,3 +325,10 @@ def test_blocks_end_when_their_rule_says():
     out = cfg.step(x)
     assert not cfg.block_end(BlockProgress(True, True, False, 1, 4096, 0), out.carry[0])[0]
     assert math.isfinite(float(out.carry[0]["canvas_end"]))
+
+
+@pytest.mark.parametrize("cls", [WinoConfig, SlowFastConfig, KlassConfig])
+def test_an_ar_seeded_layout_is_refused(cls):
+    assert cls().plan(8, 16, 8).steps > 0
+    with pytest.raises(SamplerConfigError, match=r"sampler\.name: .* does not seed"):
+        cls().plan(8, 16, 8, seeded=True)

@@ -26,6 +26,7 @@ from pathlib import Path
 from harness.strategies_check import llada
 
 REPO = Path(__file__).resolve().parents[2]
+WINO_GAP = "verify=self: this forward's logits at the token's own position, not the shadow block's (docs/samplers.md)"
 KLASS_GAP = "KL across a block boundary: ours starts each block with no previous distribution (docs/samplers.md)"
 
 
@@ -44,6 +45,13 @@ CHECKS = [
         "Feng-Hong/WINO-DLLM@9549a1d LLaDA/decoding.py: decoding_wino",
         ("wino",),
         lambda d, n: llada.run("wino", d, n),
+    ),
+    StrategyCheck(
+        "wino",
+        "Feng-Hong/WINO-DLLM@9549a1d LLaDA/decoding.py: decoding_wino, ours with verify=self",
+        ("wino",),
+        lambda d, n: llada.run("wino", d, n, seeds=(0,), ours_knobs={"verify": "self"}),
+        known=WINO_GAP,
     ),
     StrategyCheck(
         "slowfast",

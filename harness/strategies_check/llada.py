@@ -20,7 +20,7 @@ import importlib.util
 import random
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -264,10 +264,20 @@ SPECS = {  # strategy -> (knobs, the authors' call, the model, our layout has a 
 
 
 def run(
-    strategy: str, root: Path, n: int = 24, seeds: tuple[int, ...] = (0, 1), blocks: tuple[int, ...] = (1, 2, 3)
+    strategy: str,
+    root: Path,
+    n: int = 24,
+    seeds: tuple[int, ...] = (0, 1),
+    blocks: tuple[int, ...] = (1, 2, 3),
+    ours_knobs: dict | None = None,
 ) -> list[Tally]:
-    """One tally per model seed: `n` cases each (answers of `blocks` blocks), the authors' function against ours."""
+    """One tally per model seed: `n` cases each (answers of `blocks` blocks), the authors' function against ours
+    (`ours_knobs` set on our rule only: WINO's `verify: self` runs without the shadow block, and the canvases are
+    compared without it)."""
     knobs, theirs, (vocab, mask_id, eos_id, sharpen), shadow = SPECS[strategy]
+    ours_knobs = ours_knobs or {}
+    strip = shadow and ours_knobs.get("verify") == "self"
+    shadow = shadow and not strip
     fn = authors_generate(strategy, root)
     out = []
     for seed in seeds:
@@ -275,11 +285,13 @@ def run(
         st, tally = LLaDAStandin(m.model), Tally(m.name)
         for i, c in enumerate(cases(n, 1000 * seed + len(strategy), knobs, blocks)):
             with torch.no_grad():
-                ours = rule_loop.decode(_rule(strategy, c), m.model, c.prompts, c.gen, c.width, mask_id, shadow)
+                rule = replace(_rule(strategy, c), **ours_knobs)
+                ours = rule_loop.decode(rule, m.model, c.prompts, c.gen, c.width, mask_id, shadow)
                 for prompt, row in zip(c.prompts, ours, strict=True):
                     st.trace = []
                     answer = theirs(fn, st, m, prompt, c)
-                    tally.add(st.trace, row.trace, answer == row.x[row.prompt :], f"case {i} {c.knobs}")
+                    trace = [t[: -c.width] for t in st.trace] if strip else st.trace
+                    tally.add(trace, row.trace, answer == row.x[row.prompt :], f"case {i} {c.knobs}")
                     tally.remasked, tally.cut = tally.remasked + row.remasked, tally.cut + row.cut
         out.append(tally)
     return out

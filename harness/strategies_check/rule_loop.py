@@ -12,7 +12,7 @@ there; positions past it get zero logits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -81,17 +81,28 @@ def decode(
     return rows
 
 
+def step_input(logits, block, editable, plans, step, first, keys, mask_id, carry) -> MaskedStepIn:
+    """A `MaskedStepIn` in the form `samplers.masked_rule` defines: per-row plans and host lists, or (main before the
+    engine refactor) the steps and shares as tensors."""
+    names = {f.name for f in fields(MaskedStepIn)}
+    if "plans" in names:
+        return MaskedStepIn(logits, block, editable, plans, step, first, keys, mask_id, carry)
+    share = [p.shares[min(s, len(p.shares) - 1)] if p.shares else 0 for p, s in zip(plans, step, strict=True)]
+    return MaskedStepIn(
+        logits, block, editable, torch.tensor(step), torch.tensor([p.steps for p in plans]), torch.tensor(share),
+        keys, torch.tensor(first), mask_id, carry,
+    )  # fmt: skip
+
+
 def _step(rule, model, rows: list[Row], mask_id: int, shadow: bool) -> None:
     ends = [int(r.carry["canvas_end"]) if r.carry and "canvas_end" in r.carry else -1 for r in rows]
     logits = torch.stack([logits_of(r, model, mask_id, shadow, e) for r, e in zip(rows, ends, strict=True)])
     block = torch.tensor([r.x[r.lo : r.lo + r.width] for r in rows])
-    shares = [r.plan.shares[min(r.step, len(r.plan.shares) - 1)] if r.plan.shares else 0 for r in rows]
     keys = torch.tensor([[0] * len(rows), [r.block for r in rows], [r.forwards for r in rows]])
-    x = MaskedStepIn(
-        logits, block, torch.ones_like(block, dtype=torch.bool), torch.tensor([r.step for r in rows]),
-        torch.tensor([r.plan.steps for r in rows]), torch.tensor(shares), keys,
-        torch.tensor([r.forwards == 0 for r in rows]), mask_id, [r.carry for r in rows],
-    )  # fmt: skip
+    editable = torch.ones_like(block, dtype=torch.bool)
+    first = [r.forwards == 0 for r in rows]
+    x = step_input(logits, block, editable, [r.plan for r in rows], [r.step for r in rows], first, keys, mask_id,
+                   [r.carry for r in rows])  # fmt: skip
     out = rule.step(x)
     for i, r in enumerate(rows):
         had = mask_id in r.x[r.lo : r.lo + r.width]

@@ -67,3 +67,26 @@ def filled_or_capped(progress: BlockProgress) -> tuple[bool, bool]:
     """(final, capped): the block holds no mask, or it took the plan's steps (capped when masks are left)."""
     capped = progress.step >= progress.steps
     return capped or not progress.masks_left, capped and progress.masks_left
+
+
+def steps_taken(x) -> torch.Tensor:
+    """(B,) long: the fill steps each row took in its block (`MaskedStepIn.step`, a list or a tensor)."""
+    import torch
+
+    return torch.as_tensor(x.step, dtype=torch.long, device=x.block.device)
+
+
+def shares_of(cfg, x) -> torch.Tensor:
+    """(B,) long: this step's share per row from its plan (the even schedule's entry at the step, clamped at the last;
+    a `MaskedStepIn` that carries `share` itself hands it over)."""
+    import torch
+
+    if hasattr(x, "share"):
+        return torch.as_tensor(x.share, dtype=torch.long, device=x.block.device)
+    at = zip(x.plans, x.step, strict=True)
+    return torch.tensor([p.shares[min(s, len(p.shares) - 1)] if p.shares else 0 for p, s in at], device=x.block.device)
+
+
+def refuse_seeded(cfg, seeded: bool) -> None:
+    """An AR-seeded block commits its first token alone at its first forward: none of the strategies does that."""
+    _require(not seeded, "name", f"{cfg.name} does not seed a block's first token (an AR-seeded model's layout)")

@@ -26,7 +26,16 @@ from typing import TYPE_CHECKING
 
 from samplers.masked import MaskedSamplerConfig, _is_int, _is_num, _require, draw, filtered_logits, transfer_schedule
 from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut
-from samplers.strategies.common import check_own_rule, filled_or_capped, row_carry, top_k, uniforms
+from samplers.strategies.common import (
+    check_own_rule,
+    filled_or_capped,
+    refuse_seeded,
+    row_carry,
+    shares_of,
+    steps_taken,
+    top_k,
+    uniforms,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -62,8 +71,9 @@ class KlassConfig(MaskedSamplerConfig):
         )
         _require(self.unmask in UNMASK, "unmask", f"must be one of {UNMASK}, got {self.unmask!r}")
 
-    def plan(self, masks: int, max_new_tokens: int, block_length: int) -> BlockPlan:
+    def plan(self, masks: int, max_new_tokens: int, block_length: int, seeded: bool = False) -> BlockPlan:
         """LLaDA's even split of the block's masks over its steps: the share of a step with no ready position."""
+        refuse_seeded(self, seeded)
         steps = self.steps_for(max_new_tokens, block_length)
         return BlockPlan(steps, transfer_schedule(masks, steps))
 
@@ -84,9 +94,9 @@ class KlassConfig(MaskedSamplerConfig):
         kl = (p * (torch.log(p + KL_EPS) - torch.log(prev + KL_EPS))).sum(-1)
         hist = torch.cat([hist[..., 1:], kl[..., None]], dim=-1)
         masked = x.block == x.mask_id
-        stable = (hist < self.kl_threshold).all(-1) & (x.step >= self.kl_history - 1)[:, None]
+        stable = (hist < self.kl_threshold).all(-1) & (steps_taken(x) >= self.kl_history - 1)[:, None]
         ready = stable & (conf > self.threshold) & masked
-        fill = torch.where(ready.any(-1)[:, None], self._pick(ready, conf, kl), top_k(conf, x.share, masked))
+        fill = torch.where(ready.any(-1)[:, None], self._pick(ready, conf, kl), top_k(conf, shares_of(self, x), masked))
         block = torch.where(fill, tok, x.block)
         carry = [{"probs": p[i], "kl": hist[i]} for i in range(len(tok))]
         none = torch.zeros_like(fill)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from samplers.masked import MaskedSamplerConfig, _is_int, _is_num, _require, draw
 from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut
-from samplers.strategies.common import check_own_rule, row_carry, top_k, uniforms
+from samplers.strategies.common import check_own_rule, refuse_seeded, row_carry, top_k, uniforms
 
 if TYPE_CHECKING:
     import torch
@@ -108,14 +108,16 @@ class SlowFastConfig(MaskedSamplerConfig):
             value = getattr(self, key)
             _require(_is_int(value) and value > 0, key, f"must be an integer > 0, got {value!r}")
 
-    def plan(self, masks: int, max_new_tokens: int, block_length: int) -> BlockPlan:
+    def plan(self, masks: int, max_new_tokens: int, block_length: int, seeded: bool = False) -> BlockPlan:
+        refuse_seeded(self, seeded)
         return BlockPlan(self.steps_per_block)
 
     def block_end(self, progress: BlockProgress, carry: dict | None = None) -> tuple[bool, bool]:
-        """Final when the rule says so (its carry: the slow phase runs its forwards even on a filled block);
-        without the carry, when no mask is left."""
+        """Final when the rule says so (its carry, passed or on `progress`: the slow phase runs its forwards even on
+        a filled block); without the carry, when no mask is left."""
         if progress.step + progress.post >= progress.steps:
             return True, progress.masks_left
+        carry = carry if carry is not None else getattr(progress, "carry", None)
         if carry is None:
             return not progress.masks_left, False
         state = carry["state"]

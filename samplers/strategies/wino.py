@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, ClassVar
 
 from samplers.masked import MaskedSamplerConfig, _is_int, _is_num, _require, draw
 from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut
-from samplers.strategies.common import check_own_rule, filled_or_capped, prob_of, row_carry, top_k, uniforms
+from samplers.strategies.common import (
+    check_own_rule,
+    filled_or_capped,
+    prob_of,
+    refuse_seeded,
+    row_carry,
+    top_k,
+    uniforms,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -72,8 +80,9 @@ class WinoConfig(MaskedSamplerConfig):
         )
         _require(self.verify in VERIFY, "verify", f"must be one of {VERIFY}, got {self.verify!r}")
 
-    def plan(self, masks: int, max_new_tokens: int, block_length: int) -> BlockPlan:
+    def plan(self, masks: int, max_new_tokens: int, block_length: int, seeded: bool = False) -> BlockPlan:
         """No schedule: every step drafts by threshold; `steps_per_block` only caps the block's forwards."""
+        refuse_seeded(self, seeded)
         return BlockPlan(self.steps_per_block)
 
     def block_end(self, progress: BlockProgress, carry: dict | None = None) -> tuple[bool, bool]:
