@@ -75,6 +75,45 @@ CHECKS = [
 ]
 
 
+class NotYet(RuntimeError):
+    """A check whose other side is not on this branch yet: reported as not run, never failed."""
+
+
+ENGINE_SLOWFAST_GAP = "the engine ends a block when no mask is left and runs the whole canvas (docs/samplers.md)"
+
+
+def _engine(strategy: str, blocks: tuple[int, ...] = (1,), ours: dict | None = None):
+    """A run through our engine (one tally), once the engine calls the rule's `step`."""
+
+    def run(code_dir: Path, n: int) -> list[llada.Tally]:
+        import tempfile
+        from dataclasses import fields
+
+        from samplers.masked_rule import MaskedStepIn
+
+        if "plans" not in {f.name for f in fields(MaskedStepIn)}:
+            raise NotYet("the engine does not call a rule's step yet (main before the rule interface)")
+        with tempfile.TemporaryDirectory() as tmp:
+            return [llada.run_engine(strategy, code_dir, Path(tmp), max(1, n // 3), blocks, ours)]
+
+    return run
+
+
+CHECKS += [
+    StrategyCheck(
+        "klass", "KLASS@ad87ecb stable_confident_decode vs our engine (one block)", ("klass",), _engine("klass"),
+    ),
+    StrategyCheck(
+        "wino", "WINO-DLLM@9549a1d decoding_wino vs our engine, verify=self", ("wino",),
+        _engine("wino", (1, 2), {"verify": "self"}), known=WINO_GAP,
+    ),
+    StrategyCheck(
+        "slowfast", "Slow-Fast-Sampling@dd9958f vs our engine", ("slowfast",), _engine("slowfast", (1, 2)),
+        known=ENGINE_SLOWFAST_GAP,
+    ),
+]  # fmt: skip
+
+
 @dataclass
 class Row:
     strategy: str
@@ -102,6 +141,8 @@ def check(c: StrategyCheck, code_dir: Path, n: int) -> list[Row]:
         return [Row(c.name, c.source, "-", 0, 0, 0, 0, f"error: --code-dir lacks {', '.join(missing)}/")]
     try:
         tallies = c.run(code_dir, n)
+    except NotYet as err:
+        return [Row(c.name, c.source, "-", 0, 0, 0, 0, "", f"not run: {err}")]
     except Exception as err:  # one strategy failing does not stop the others
         return [Row(c.name, c.source, "-", 0, 0, 0, 0, f"error: {type(err).__name__}: {str(err).splitlines()[0]}")]
     return [
@@ -113,7 +154,8 @@ def check(c: StrategyCheck, code_dir: Path, n: int) -> list[Row]:
 def table(rows: list[Row]) -> str:
     lines = ["| strategy | source | model | cases | identical steps | identical cases | result |", "|---" * 7 + "|"]
     for r in rows:
-        result = "pass" if r.identical else (f"known gap: {r.known}; {r.note}" if r.known else f"FAIL: {r.note}")
+        gap = r.known if r.known.startswith("not run") else f"known gap: {r.known}; {r.note}"
+        result = "pass" if r.identical else (gap if r.known else f"FAIL: {r.note}")
         lines.append(
             f"| {r.strategy} | {r.source} | {r.model} | {r.cases} | {r.steps_same}/{r.steps} | "
             f"{r.cases_same}/{r.cases} | {result} |"

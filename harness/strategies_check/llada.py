@@ -295,3 +295,63 @@ def run(
                     tally.remasked, tally.cut = tally.remasked + row.remasked, tally.cut + row.cut
         out.append(tally)
     return out
+
+
+def save_tiny_llada(out: Path, m: TinyLLaDA, block_length: int) -> Path:
+    """`m` as a local checkpoint our adapter loads (`models.masked_diffusion`, attention bidirectional): its config
+    with the mask id, block length and attention, and a character tokenizer covering every id."""
+    from models.tiny_remote import char_vocab_tokenizer
+
+    cfg = m.model.config
+    cfg.mask_token_id, cfg.block_length, cfg.attention = m.mask_id, block_length, "bidirectional"
+    m.model.save_pretrained(out)
+    char_vocab_tokenizer(cfg.vocab_size, m.mask_id, [m.eos_id]).save_pretrained(out)
+    return out
+
+
+def run_engine(
+    strategy: str,
+    root: Path,
+    out_dir: Path,
+    n: int = 8,
+    blocks: tuple[int, ...] = (1,),
+    ours_knobs: dict | None = None,
+) -> Tally:
+    """The authors' function against our engine (`harness.engine.masked.MaskedDiffusionDecoder` over the saved
+    tiny model, LLaDA's layout: canvas answer, blocks from the prompt's end, recompute), each prompt alone: every
+    forward's input canvas, the answer and the forward count. EOS does not end our rows early (theirs decode the
+    whole answer); both answers are cut after the first EOS."""
+    from contract.records import GenerationRequest
+    from harness.engine.masked import MaskedDiffusionDecoder
+    from models.masked_diffusion import MaskedDiffusionAdapter
+
+    knobs, theirs, (vocab, mask_id, eos_id, sharpen), shadow = SPECS[strategy]
+    m = tiny_llada(vocab, mask_id, eos_id, seed=0, sharpen=sharpen)
+    fn, st, tally = authors_generate(strategy, root), LLaDAStandin(m.model), Tally(f"{m.name}, our engine")
+    strip = shadow
+    for i, c in enumerate(cases(n, 7 + len(strategy), knobs, blocks)):
+        path = save_tiny_llada(out_dir / f"w{c.width}", m, c.width)
+        ad = MaskedDiffusionAdapter(
+            str(path), dtype="float64", attention="bidirectional", context="recompute", eos_token_ids=[eos_id],
+            num_threads=1, canvas="answer", block_origin="prompt", block_length=c.width,
+        )  # fmt: skip
+        rule = replace(_rule(strategy, c), eos_early_stop=False, **(ours_knobs or {}))
+        dec = MaskedDiffusionDecoder(ad, rule)
+        seen: list[list[int]] = []
+        hook = ad.model.register_forward_pre_hook(
+            lambda _m, _a, kw, seen=seen: seen.append(kw["input_ids"][0].tolist()), with_kwargs=True
+        )
+        with torch.no_grad():
+            for prompt in c.prompts:
+                seen.clear()
+                res = dec.generate([GenerationRequest(f"c{i}", prompt, seed=0, max_new_tokens=c.gen)])[0]
+                st.trace = []
+                answer = _cut(theirs(fn, st, m, prompt, c), eos_id)
+                trace = [t[: -c.width] for t in st.trace] if strip else st.trace
+                tally.add(trace, list(seen), answer == res.token_ids and res.nfe == len(trace), f"case {i} {c.knobs}")
+        hook.remove()
+    return tally
+
+
+def _cut(seq: list[int], eos: int) -> list[int]:
+    return seq[: seq.index(eos) + 1] if eos in seq else seq
