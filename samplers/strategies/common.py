@@ -90,3 +90,14 @@ def shares_of(cfg, x) -> torch.Tensor:
 def refuse_seeded(cfg, seeded: bool) -> None:
     """An AR-seeded block commits its first token alone at its first forward: none of the strategies does that."""
     _require(not seeded, "name", f"{cfg.name} does not seed a block's first token (an AR-seeded model's layout)")
+
+
+def check_engine(cfg, progress) -> None:
+    """An engine that composes the masked rule itself calls `block_end(had_masks, masks_left, ...)` and never `step`:
+    refuse it by name rather than decode another rule."""
+    _require(
+        isinstance(progress, BlockProgress),
+        "name",
+        f"{cfg.name} needs the engine that calls its rule's step (samplers.masked_rule); this one composes the rule "
+        "itself",
+    )

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from samplers.masked import MaskedSamplerConfig, _is_int, _is_num, _require, draw, filtered_logits, transfer_schedule
 from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut
 from samplers.strategies.common import (
+    check_engine,
     check_own_rule,
     filled_or_capped,
     refuse_seeded,
@@ -77,7 +78,8 @@ class KlassConfig(MaskedSamplerConfig):
         steps = self.steps_for(max_new_tokens, block_length)
         return BlockPlan(steps, transfer_schedule(masks, steps))
 
-    def block_end(self, progress: BlockProgress, carry: dict | None = None) -> tuple[bool, bool]:
+    def block_end(self, progress: BlockProgress, carry: dict | None = None, *_old) -> tuple[bool, bool]:
+        check_engine(self, progress)
         return filled_or_capped(progress)
 
     def step(self, x: MaskedStepIn) -> MaskedStepOut:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, ClassVar
 from samplers.masked import MaskedSamplerConfig, _is_int, _is_num, _require, draw
 from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut
 from samplers.strategies.common import (
+    check_engine,
     check_own_rule,
     filled_or_capped,
     prob_of,
@@ -85,7 +86,8 @@ class WinoConfig(MaskedSamplerConfig):
         refuse_seeded(self, seeded)
         return BlockPlan(self.steps_per_block)
 
-    def block_end(self, progress: BlockProgress, carry: dict | None = None) -> tuple[bool, bool]:
+    def block_end(self, progress: BlockProgress, carry: dict | None = None, *_old) -> tuple[bool, bool]:
+        check_engine(self, progress)
         return filled_or_capped(progress)
 
     def step(self, x: MaskedStepIn) -> MaskedStepOut:
