@@ -46,3 +46,18 @@ def test_the_loop_runs_rows_of_different_prompts_in_one_step():
         together = rule_loop.decode(rule, m.model, prompts, 8, 4, 126)
         alone = [rule_loop.decode(rule, m.model, [p], 8, 4, 126)[0] for p in prompts]
     assert [r.x for r in together] == [r.x for r in alone] and [r.trace for r in together] == [r.trace for r in alone]
+
+
+@pytest.mark.slow
+@needs_code
+def test_klass_through_the_engine_equals_the_authors_generate(tmp_path):
+    """Once the engine calls the rule's step: one-block answers, every forward's canvas, the answer, the NFE."""
+    from dataclasses import fields
+
+    from samplers.masked_rule import MaskedStepIn
+
+    if "plans" not in {f.name for f in fields(MaskedStepIn)}:
+        pytest.skip("the engine does not call a rule's step yet")
+    torch.set_num_threads(1)
+    tally = llada.run_engine("klass", CODE, tmp_path, n=2)
+    assert tally.cases_same == tally.cases > 0 and tally.steps_same == tally.steps, tally.first_diff

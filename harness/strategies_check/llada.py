@@ -305,7 +305,9 @@ def save_tiny_llada(out: Path, m: TinyLLaDA, block_length: int) -> Path:
     cfg = m.model.config
     cfg.mask_token_id, cfg.block_length, cfg.attention = m.mask_id, block_length, "bidirectional"
     m.model.save_pretrained(out)
-    char_vocab_tokenizer(cfg.vocab_size, m.mask_id, [m.eos_id]).save_pretrained(out)
+    tok = char_vocab_tokenizer(cfg.vocab_size, m.mask_id, [m.eos_id])
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # the messages' text, as it is
+    tok.save_pretrained(out)
     return out
 
 
