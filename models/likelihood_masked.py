@@ -27,6 +27,7 @@ import torch
 
 from contract.scoring import LikelihoodConfig, LikelihoodRequest, LikelihoodResult
 from models.masked_diffusion import block_mask
+from samplers.ranking import sort_rank
 from samplers.streams import ELBO_COUNT, ELBO_ORDER, uniforms
 
 
@@ -43,8 +44,7 @@ def elbo_masks(seed: int, block: int, length: int, mc_num: int) -> tuple[torch.T
     counts = stratified_counts(seed, block, length, mc_num)
     n = torch.full((mc_num,), seed, dtype=torch.long)
     keys = uniforms(n, torch.full((mc_num,), block, dtype=torch.long), torch.arange(mc_num), length, ELBO_ORDER)
-    rank = keys.argsort(dim=1).argsort(dim=1)
-    return rank < counts[:, None], counts
+    return sort_rank(keys) < counts[:, None], counts
 
 
 @dataclass

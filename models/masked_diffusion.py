@@ -26,7 +26,10 @@ the prefix and the current block (LLaDA2Pipeline), `canvas: answer` the whole an
 mask tokens (LLaDA's generate.py, Dream's diffusion_generate: a bidirectional model sees them; recompute path
 only); `block_origin: absolute` aligns blocks at position 0 (LLaDA 2.x), `prompt` at the prompt's end (LLaDA, Dream);
 `block_length: answer` makes the whole answer one block (Dream). `schedule` and `confidence` are the family's fill
-schedule and ranking (`samplers.masked`), the defaults a sampler's null ones take.
+schedule and ranking (`samplers.masked`), the defaults a sampler's null ones take. `sub_block`: the rule fills a
+block as sub-blocks of that many positions, left to right, each forward running the whole block (Fast-dLLM v2's
+small blocks). One object answers all of it, `models.loading.masked_checks.DecodeLayout` (`self.layout`), the
+shift and the AR seed included: both context paths and the engine read it, nothing else.
 `tail`: where prompt + new tokens ends inside a block, the positions past that length up to the block's end (mask
 tokens, filled like any other, never returned). `visible` (LLaDA 2.1's own `generate`, SDAR's
 `block_diffusion_generate`): they are ordinary positions of the last block, attending and attended. `hidden`
@@ -52,7 +55,7 @@ model is refused. docs/masked.md lists what each hub model's remote code needs, 
 from __future__ import annotations
 
 import inspect
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +160,10 @@ class MaskedDiffusionAdapter:
         requires: list[str] | None = None,
         torch_fallbacks: list[str] | None = None,
         tail: str = "visible",
+        sub_block: int | None = None,
     ):
-        self.layout = DecodeLayout(canvas, block_origin, schedule, confidence)
+        seeded, shifted = attention == "prefix_causal", bool(shifted_logits)
+        self.layout = DecodeLayout(canvas, block_origin, schedule, confidence, sub_block, seeded, shifted)
         check_masked_model(
             attention, context, shifted_logits, block_length, mask_form, forward_kwargs, self.layout, module_attrs,
             requires, torch_fallbacks, tail,
@@ -211,6 +216,7 @@ class MaskedDiffusionAdapter:
         self.block_length = block_length or getattr(cfg, "block_length", None) or getattr(cfg, "block_size", None)
         if not self.block_length:
             raise ValueError("model.block_length: none in the config yaml or the checkpoint's config")
+        self.layout = replace(self.layout, block_length=self.block_length)
         self.device, self.dtype = model.device, model.dtype
         self.vocab_size = cfg.get_text_config().vocab_size
         pad = tokenizer.pad_token_id
@@ -243,7 +249,7 @@ class MaskedDiffusionAdapter:
             "position_ids": self.takes_positions,
             "mask_token_id": self.mask_id,
             "block_length": self.block_length,
-            **asdict(self.layout),
+            **self.layout.describe(),
             "vocab_size": self.vocab_size,
             "parameters": sum(p.numel() for p in self.model.parameters()),
         }
@@ -251,8 +257,8 @@ class MaskedDiffusionAdapter:
     @property
     def ar_seeded(self) -> bool:
         """Blocks start at the prompt's end and a block's first token is the AR prediction of the position before it
-        (`prefix_causal`): the decoder commits it alone at the block's first forward (harness/engine/masked.py)."""
-        return self.attention == "prefix_causal"
+        (`prefix_causal`): the decoder commits it alone at the block's first forward (the layout's `seeded`)."""
+        return self.layout.seeded
 
     # ----------------------------------------------------------------------------------------------
 
@@ -304,7 +310,7 @@ class MaskedDiffusionAdapter:
         ends = torch.tensor(ends[:m], device=dev)
         keys = pos[:m] < ends[:, None]
         mask = block_mask(pos[:m], pos[:m], keys, block, self.attention == "block_causal")
-        shift = int(self.shifted_logits)
+        shift = int(self.layout.shifted)
         at = torch.tensor([q.start for q in queries], device=dev)[:, None] + torch.arange(block, device=dev) - shift
         at = at.clamp(min=0)
         keep = w - int(at.min())
@@ -354,7 +360,7 @@ class MaskedDiffusionAdapter:
         slot = torch.arange(cache.span, device=dev)
         mask = (slot < lim[..., None]).expand(-1, qpos.shape[1], -1)[:, None]
         ids = torch.tensor(ids, device=dev)
-        keep = block + int(self.ar_seeded and w > block)
+        keep = block + int(self.layout.seeded and w > block)
         logits = self._call(ids, qpos, mask, keep, past_key_values=cache, use_cache=True)
         cache.advance(rows, [len(p) for p in pend])
         return self._seeded(logits, [len(p) > 0 for p in pend]) if keep > block else logits

@@ -14,6 +14,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
 
+from samplers.ranking import sort_rank
+
 if TYPE_CHECKING:  # torch is imported lazily so a bad config fails before the heavy imports
     import torch
 
@@ -217,10 +219,7 @@ class SamplerConfig:
 
         n_drop = torch.floor(accepted.sum(-1).float() * self.remask_ratio).long()  # (B,)
         conf = confidence.masked_fill(~accepted, float("inf"))
-        order = conf.argsort(dim=-1, stable=True)  # least confident accepted first
-        rank = torch.empty_like(order)
-        rank.scatter_(-1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order))
-        return accepted & (rank >= n_drop[:, None])
+        return accepted & (sort_rank(conf) >= n_drop[:, None])  # the n_drop least confident accepted dropped
 
     def knobs(self) -> dict:
         """Flat dict of every knob (recorded with each run and used for run names / plot labels)."""
@@ -271,9 +270,7 @@ class ConfidenceTopKConfig(SamplerConfig):
         c = draw.confidence.shape[-1]
         k = self.tokens_per_step or math.ceil(c / self.max_steps)
         n_keep = torch.clamp(k * (step + 1), max=c)  # (B,): rows may be at different steps
-        order = draw.confidence.argsort(dim=-1, descending=True, stable=True)
-        rank = torch.empty_like(order).scatter_(-1, order, torch.arange(c, device=order.device).expand_as(order))
-        return rank < n_keep[:, None]
+        return sort_rank(draw.confidence, descending=True) < n_keep[:, None]
 
 
 @dataclass

@@ -15,8 +15,10 @@ or re-masks it (`remask_ratio`). One rule, `refine`, covers the family; the conf
   any changed token) for at most `max_post_steps` forwards after the block's last mask (diffusers allows one more);
   EOS checked when a block ends (diffusers freezes a row at its first committed EOS, losing later edits).
 
-Each config owns its block's rule: `fill_schedule` (each step's share under the `even` schedule), `block_end`
-(when a block is final) and `eos_at_block_end`; the engine only calls them.
+Each config is its block's whole rule (`samplers.masked_rule`: the interface's types and the calls): `plan` (the
+block's steps and shares, `fill_schedule` under the `even` schedule), `step` (the draw, the ranking, `refine`, an
+AR-seeded block's first token, re-masking and this step's share), `block_end` (when a block is final) and the EOS
+rule (`stops_at_commit`, `stops_at_block_end`); the engine (`harness.engine.masked`) calls only these.
 A step's share follows `schedule` (null: the model's own, `model.schedule`): `even`, the block split evenly over
 `min(steps_per_block, max_new_tokens // minimal_topk)` steps (diffusers; LLaDA's get_num_transfer_tokens), or
 `dream`, Dream's `diffusion_generate` rule (`int(masks_left * (1 - s / t))` with t, s on linspace(1, eps, steps + 1),
@@ -31,10 +33,20 @@ inverse CDF with the counter-based uniforms of `samplers.streams` (batch-invaria
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from samplers.config import SamplerConfigError
+from samplers.masked_ops import (  # noqa: F401 (filtered_logits: imported from here by tests and callers)
+    confidence_of,
+    draw,
+    dream_ratios,
+    filtered_logits,
+    refine,
+    remask,
+    transfer_schedule,
+)
+from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut, RowTokens
 
 if TYPE_CHECKING:
     import torch
@@ -42,7 +54,6 @@ if TYPE_CHECKING:
 FAMILY = "masked"
 SCHEDULES = ("even", "dream")
 CONFIDENCES = ("prob", "margin", "entropy")
-DREAM_EPS = 1e-3  # Dream's DreamGenerationConfig default `eps` (its generation_config.json sets none)
 
 
 def _require(ok: bool, key: str, msg: str) -> None:
@@ -162,24 +173,104 @@ class MaskedSamplerConfig:
     def knobs(self) -> dict:
         return asdict(self)
 
-    # the block's rule (the engine calls these; a subclass with another rule overrides them)
+    # the block's rule (samplers.masked_rule: the engine calls only these; a subclass with another rule overrides them)
+
+    def resolved(self, schedule: str, confidence: str) -> MaskedSamplerConfig:
+        """This rule with the model's own schedule / confidence where its own are null (the layout's defaults)."""
+        return replace(self, schedule=self.schedule or schedule, confidence=self.confidence or confidence)
+
+    def plan(self, size: int, max_new_tokens: int, block_length: int, seeded: bool = False) -> BlockPlan:
+        """A block of `size` positions (a block's prompt tail counts: diffusers splits the whole block): its steps
+        (`steps_for`) and shares, the `even` schedule's (`fill_schedule`) or Dream's fraction of the masks left. A
+        `seeded` block's first token is committed outside the schedule."""
+        steps = self.steps_for(max_new_tokens, block_length)
+        if (self.schedule or "even") == "even":
+            return BlockPlan(steps, self.fill_schedule(size - seeded, steps), seeded)
+        return BlockPlan(steps, [], seeded, dream_ratios(steps))
 
     def fill_schedule(self, masks: int, steps: int) -> list[int]:
         """Each step's fill share under the `even` schedule: the block's masks split over its steps (diffusers)."""
         return transfer_schedule(masks, steps)
 
-    def block_end(
-        self, had_masks: bool, masks_left: bool, edited: bool, step: int, n_steps: int, post: int
-    ) -> tuple[bool, bool]:
+    def step(self, inp: MaskedStepIn) -> MaskedStepOut:
+        """The draw (`samplers.streams` uniforms keyed by `inp.keys`), the ranking, the fill / edit rule at this
+        step's share, a seeded block's first token (the AR prediction, alone) and re-masking, never at the plan's
+        last step (the block would end with masks)."""
+        import torch
+
+        from samplers import streams
+
+        logits, block, mask = inp.logits, inp.block, inp.mask_id
+        u = streams.uniforms(*inp.keys, block.shape[1]) if self.temperature > 0 else None
+        tok, prob = draw(logits, self, u)
+        rank = confidence_of(logits, self, prob, self.confidence or "prob")
+        edit_thr = self.editing_threshold if self.editing else None
+        shares = self.shares(inp)
+        new, fill, edit = refine(block, tok, prob, shares, inp.editable, mask, self.threshold, edit_thr, rank)
+        if any(p.seeded and f for p, f in zip(inp.plans, inp.first, strict=True)):
+            fresh = torch.tensor(
+                [[p.seeded and f] for p, f in zip(inp.plans, inp.first, strict=True)], device=tok.device
+            )
+            head = torch.zeros_like(fill)
+            head[:, 0] = True
+            new = torch.where(fresh, torch.where(head, tok, block), new)
+            fill, edit = torch.where(fresh, head, fill), edit & ~fresh
+        remasked = torch.zeros_like(fill)
+        if self.remask_ratio > 0:
+            last = [s + 1 >= p.steps for p, s in zip(inp.plans, inp.step, strict=True)]
+            before = (block != mask) & inp.editable & ~torch.tensor(last, device=tok.device)[:, None]
+            out = remask(new, logits, before, self.remask_ratio, mask)
+            remasked, new = out != new, out
+        return MaskedStepOut(new, fill, edit, remasked, inp.carry)
+
+    def shares(self, inp: MaskedStepIn) -> torch.Tensor:
+        """(B,) this step's fill share per row: the plan's (the even schedule's entry, clamped at its last as
+        diffusers; Dream's fraction of the masks left); at least one in a seeded block under a threshold (its own
+        rule always takes the most confident one); with re-masking at least the masks left over the steps left, so
+        the block ends filled."""
+        import torch
+
+        dev, at = inp.block.device, list(zip(inp.plans, inp.step, strict=True))
+        left = None if all(p.shares for p, _ in at) and self.remask_ratio <= 0 else (inp.block == inp.mask_id).sum(-1)
+        if all(p.shares for p, _ in at):
+            share = torch.tensor([p.shares[min(s, len(p.shares) - 1)] for p, s in at], device=dev)
+        else:
+            ratio = torch.tensor([p.ratios[min(s, len(p.ratios) - 1)] for p, s in at], dtype=torch.float32, device=dev)
+            share = (left.float() * ratio).long()
+        if self.threshold is not None and any(p.seeded for p, _ in at):
+            share = torch.where(torch.tensor([p.seeded for p, _ in at], device=dev), share.clamp(min=1), share)
+        if self.remask_ratio > 0:
+            rest = torch.tensor([max(1, p.steps - s) for p, s in at], device=dev)
+            share = torch.maximum(share, (left + rest - 1) // rest)
+        return share
+
+    def block_end(self, p: BlockProgress) -> tuple[bool, bool]:
         """(the block is final, it ended at a cap) after a forward: diffusers' `check_block_should_continue` for one
-        row, less its no-op forward (editing off, block filled). `step`: fill steps taken (forwards with masks
-        before them) of the schedule's `n_steps`; `post`: editing forwards after the block's last mask, this one
-        included."""
-        if had_masks:
-            capped = step >= n_steps
-            return capped or (not masks_left and not self.editing), capped and masks_left
-        capped = post > self.max_post_steps
-        return capped or not edited, capped
+        row, less its no-op forward (editing off, block filled)."""
+        if p.had_masks:
+            capped = p.step >= p.steps
+            return capped or (not p.masks_left and not self.editing), capped and p.masks_left
+        capped = p.post > self.max_post_steps
+        return capped or not p.edited, capped
+
+    def stops_at_commit(self, row: RowTokens) -> bool:
+        """diffusers' check after a step (`eos_early_stop`, unless EOS is checked at a block's end): an EOS among
+        this step's commits, and the first EOS of the sequence after the prompt with no mask between the prompt
+        and it."""
+        if not self.eos_early_stop or self.eos_at_block_end:
+            return False
+        eos = row.eos_ids
+        if not any(c and t in eos for c, t in zip(row.changed, row.block, strict=True)):
+            return False
+        full = row.prefix + row.block
+        first = next(i for i, t in enumerate(full) if t in eos)
+        return first >= row.answer_start and row.mask_id not in full[row.answer_start : first]
+
+    def stops_at_block_end(self, row: RowTokens) -> bool:
+        """LLaDA 2.1's check when a block is final (`eos_at_block_end`): the answer so far holds an EOS."""
+        if not (self.eos_early_stop and self.eos_at_block_end):
+            return False
+        return any(t in row.eos_ids for t in (row.prefix + row.block)[row.answer_start :])
 
 
 @dataclass
@@ -261,150 +352,15 @@ class LLaDA2EditingConfig(MaskedSamplerConfig):
     def fill_schedule(self, masks: int, steps: int) -> list[int]:
         return [self.num_to_transfer]
 
-    def block_end(
-        self, had_masks: bool, masks_left: bool, edited: bool, step: int, n_steps: int, post: int
-    ) -> tuple[bool, bool]:
+    def block_end(self, p: BlockProgress) -> tuple[bool, bool]:
         """Its loop: fill until no mask is left; then, editing on, forwards while they edit, at most
         `max_post_steps` of them (its counter is checked before the forward)."""
-        if had_masks:
-            return not masks_left and (not self.editing or self.max_post_steps == 0), False
-        capped = post >= self.max_post_steps
-        return capped or not edited, capped and edited
+        if p.had_masks:
+            return not p.masks_left and (not self.editing or self.max_post_steps == 0), False
+        capped = p.post >= self.max_post_steps
+        return capped or not p.edited, capped and p.edited
 
 
 MASKED_SAMPLERS = {
     c.name: c for c in (BlockRefinementConfig, LowConfidenceConfig, FastDllmConfig, ReMDMConfig, LLaDA2EditingConfig)
 }
-
-
-# --------------------------------------------------------------------------------------------------
-# the rule (torch)
-
-
-def transfer_schedule(block_length: int, steps: int) -> list[int]:
-    """Tokens to fill at each step: the block split evenly, the remainder to the first steps (diffusers)."""
-    base, rem = divmod(block_length, steps)
-    return [base + (i < rem) for i in range(steps)]
-
-
-def dream_share(masks_left: int, step: int, steps: int) -> int:
-    """Dream's `diffusion_generate` count for step `step` of `steps`: `int(masks_left * (1 - s / t))` in float32
-    (its tensors' dtype) with t, s = timesteps[step], timesteps[step + 1] of linspace(1, DREAM_EPS, steps + 1); every
-    mask left at the last step."""
-    import torch
-
-    if step >= steps - 1:
-        return masks_left
-    ts = torch.linspace(1, DREAM_EPS, steps + 1)
-    return int(torch.tensor(float(masks_left)) * (1 - ts[step + 1] / ts[step]))
-
-
-def confidence_of(logits: torch.Tensor, cfg: MaskedSamplerConfig, prob: torch.Tensor, kind: str) -> torch.Tensor:
-    """(B, L) what ranks the masked positions: `prob` the drawn token's probability (as `draw` returns it), `margin`
-    top-1 minus top-2 probability, `entropy` minus the entropy (Dream's sample_tokens: sum p log(p + 1e-10)), both of
-    the distribution the token was drawn from (temperature, top-k, top-p applied when temperature > 0)."""
-    import torch
-
-    if kind == "prob":
-        return prob
-    x = logits if cfg.temperature == 0 else filtered_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-    probs = torch.softmax(x.float(), dim=-1)
-    if kind == "margin":
-        top = probs.topk(2, dim=-1).values
-        return top[..., 0] - top[..., 1]
-    return (probs * torch.log(probs + 1e-10)).sum(-1)
-
-
-def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
-    """Temperature, then top-k, then top-p; filtered entries set to the dtype's minimum (as diffusers)."""
-    import torch
-
-    x = logits / temperature if temperature != 1.0 else logits
-    low = torch.finfo(x.dtype).min
-    if top_k is not None and top_k < x.shape[-1]:
-        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, low)
-    if top_p is not None and top_p < 1.0:
-        srt, idx = torch.sort(x, descending=True, dim=-1)
-        cum = torch.softmax(srt, dim=-1).cumsum(-1)
-        drop = torch.zeros_like(cum, dtype=torch.bool)
-        drop[..., 1:] = cum[..., :-1] > top_p  # keep the token that crosses top_p
-        x = x.scatter(-1, idx, srt.masked_fill(drop, low))
-    return x
-
-
-def draw(logits: torch.Tensor, cfg: MaskedSamplerConfig, u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tokens, probabilities of those tokens), each (B, L). Greedy when temperature is 0; else the token whose
-    CDF interval holds the uniform `u` (B, L) under the filtered distribution (inverse-CDF sampling)."""
-    import torch
-
-    if cfg.temperature == 0:
-        probs = torch.softmax(logits.float(), dim=-1)
-        tok = logits.argmax(-1)
-        return tok, probs.gather(-1, tok[..., None])[..., 0]
-    probs = torch.softmax(filtered_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p).float(), dim=-1)
-    cdf = probs.double().cumsum(-1)
-    target = (u.double() * cdf[..., -1])[..., None]
-    tok = torch.searchsorted(cdf, target, right=True)[..., 0].clamp(max=probs.shape[-1] - 1)
-    # a zero-probability token can only be hit at a tie of the CDF: step back to the last token with mass
-    tok = torch.where(probs.gather(-1, tok[..., None])[..., 0] > 0, tok, probs.argmax(-1))
-    return tok, probs.gather(-1, tok[..., None])[..., 0]
-
-
-def refine(
-    block: torch.Tensor,
-    tokens: torch.Tensor,
-    probs: torch.Tensor,
-    n_fill: torch.Tensor,
-    editable: torch.Tensor,
-    mask_id: int,
-    threshold: float | None,
-    editing_threshold: float | None,
-    rank_by: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One refinement step for rows at their own steps: (new block, filled (B, L), edited (B, L)). Editing, on
-    when `editing_threshold` is not None, replaces committed tokens predicted otherwise with probability > it.
-
-    `n_fill` (B,) is each row's share this step; a row fills every masked position with probability > threshold
-    when at least its share are, else its share's most confident masked ones (ranked by `rank_by`, default the
-    probability). `editable` (B, L) marks the positions editing may replace (the block's non-prompt positions)."""
-    import torch
-
-    active = block == mask_id
-    hidden = torch.full_like(probs, -math.inf, dtype=torch.float32)
-    high = torch.where(active, probs.float(), hidden) > (math.inf if threshold is None else threshold)
-    conf = torch.where(active, (probs if rank_by is None else rank_by).float(), hidden)
-    k = torch.minimum(n_fill, active.sum(-1))
-    order = conf.argsort(dim=-1, descending=True, stable=True)
-    rank = torch.empty_like(order).scatter_(
-        -1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order)
-    )
-    use_high = high.sum(-1) >= n_fill
-    fill = torch.where(use_high[:, None], high, rank < k[:, None]) & active
-    edit = torch.zeros_like(fill)
-    if editing_threshold is not None:  # the caller passes None when its sampler's editing is off
-        edit = editable & ~active & (probs.float() > editing_threshold) & (tokens != block)
-    return torch.where(fill | edit, tokens, block), fill, edit
-
-
-def remask(
-    block: torch.Tensor,
-    logits: torch.Tensor,
-    committed: torch.Tensor,
-    ratio: float,
-    mask_id: int,
-) -> torch.Tensor:
-    """ReMDM-style: re-mask the floor(ratio * n) least confident of each row's `committed` positions (B, L), the
-    confidence being the current logits' probability of the token in place."""
-    import torch
-
-    if ratio <= 0:
-        return block
-    p = torch.softmax(logits.float(), dim=-1).gather(-1, block.clamp(max=logits.shape[-1] - 1)[..., None])[..., 0]
-    n = torch.floor(committed.sum(-1).float() * ratio).long()
-    conf = p.masked_fill(~committed, math.inf)
-    order = conf.argsort(dim=-1, stable=True)
-    rank = torch.empty_like(order).scatter_(
-        -1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order)
-    )
-    return block.masked_fill(committed & (rank < n[:, None]), mask_id)

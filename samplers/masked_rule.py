@@ -2,19 +2,24 @@
 
 diffusers' scheduler split is the model: the rule owns the sampling rule, the engine only loops (rows, cache,
 forwards, the one host read, timing). A rule is a sampler config dataclass (`samplers.masked.MaskedSamplerConfig` or
-a subclass) with these entry points:
+a subclass) with these entry points, the only ones the engine calls (`harness.engine.masked`):
 
-    plan(masks, max_new_tokens, block_length) -> BlockPlan        set_timesteps: a block's steps and shares
-    step(MaskedStepIn) -> MaskedStepOut                           one step after the forward, pure tensors, no host read
-    block_end(BlockProgress) -> (final, capped)                   check_block_should_continue for one row
-    stops_at_commit / stops_at_block_end                          where EOS ends a row (check_eos_finished)
+    resolved(schedule, confidence) -> rule                    the model's defaults for the rule's null knobs
+    plan(size, max_new_tokens, block_length, seeded) -> BlockPlan   set_timesteps: a block's steps and shares
+    step(MaskedStepIn) -> MaskedStepOut                       one step after the forward, pure tensors, no host read
+    block_end(BlockProgress) -> (final, capped)               check_block_should_continue for one row
+    stops_at_commit(RowTokens) / stops_at_block_end(RowTokens)   where EOS ends a row (check_eos_finished)
 
-The inputs are the rule's own types, never the engine's row state, so `samplers` imports nothing of `harness`.
-torch is imported lazily by the rules (configs validate before any model loads).
+A block here is what the rule fills: the decode block, or one of its sub-blocks where the model's layout has them
+(`models.loading.masked_checks.DecodeLayout.windows`: Fast-dLLM v2 fills a 32-token block as sub-blocks of 8, left
+to right, the forward still running the whole block). The inputs are the rule's own types, never the engine's row
+state, so `samplers` imports nothing of `harness`. torch is imported lazily by the rules (configs validate before
+any model loads).
 """
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,16 +29,21 @@ if TYPE_CHECKING:
 
 @dataclass
 class BlockPlan:
-    """A block's schedule (set_timesteps for one row): its fill steps and each step's share (empty: the rule works
-    the share out step by step, e.g. Dream's schedule from the masks left)."""
+    """A block's schedule (set_timesteps for one row), made by the rule's `plan` and handed back at each step:
+    its fill steps and each step's share, either fixed (`shares`, the even schedule: step s takes
+    shares[min(s, len - 1)]) or a fraction of the masks left (`ratios`, Dream's schedule: floor(masks_left *
+    ratios[min(s, len - 1)]) in float32). A rule with another schedule subclasses it."""
 
     steps: int
     shares: list[int] = field(default_factory=list)
+    seeded: bool = False  # the block's first token is the model's AR prediction, committed alone at its first forward
+    ratios: list[float] = field(default_factory=list)
 
 
 @dataclass
 class MaskedStepIn:
     """One step of the busy rows, each in its own block at its own step. Shapes: B rows, L block positions, V vocab.
+    Per-row host values are lists (the engine knows them; a rule makes the tensors it needs).
 
     `carry` holds each row's own memory between the steps of a block (None at a block's first forward): a rule
     that compares with the previous step (KLASS, SlowFast, WINO) keeps what it needs there; others ignore it."""
@@ -41,11 +51,10 @@ class MaskedStepIn:
     logits: torch.Tensor  # (B, L, V) the block's logits (already shifted for a model that predicts the next token)
     block: torch.Tensor  # (B, L) long: tokens in place, mask_id where masked
     editable: torch.Tensor  # (B, L) bool: answer positions of the block (not the prompt's tail, not filler)
-    step: torch.Tensor  # (B,) long: fill steps taken in this block (0 at its first forward)
-    steps: torch.Tensor  # (B,) long: the plan's fill steps
-    share: torch.Tensor  # (B,) long: this step's share from the plan
+    plans: list[BlockPlan]  # each row's plan for its block (from `plan`)
+    step: list[int]  # fill steps taken in the block (forwards with masks before them; a seeded first one not counted)
+    first: list[bool]  # the block's first forward (a seeded plan commits its first token alone there)
     keys: torch.Tensor  # (3, B) long: sample seed, block index, forward in the block (samplers.streams keys)
-    first: torch.Tensor  # (B,) bool: the block's first forward (an AR-seeded block commits its first token alone)
     mask_id: int
     carry: list[dict[str, Any] | None] = field(default_factory=list)  # per row; None at a block's first forward
 
@@ -71,3 +80,15 @@ class BlockProgress:
     step: int  # fill steps taken (forwards with masks before them)
     steps: int  # the plan's fill steps
     post: int  # forwards after the block's last mask, this one included
+
+
+@dataclass
+class RowTokens:
+    """One row's tokens after a step (the input of the EOS rule): its sequence is `prefix + block`."""
+
+    prefix: list[int]  # everything before the current decode block, the prompt included
+    block: list[int]  # the decode block as it stands
+    changed: list[bool]  # per block position: filled or edited this step (empty at a block's end)
+    answer_start: int  # the prompt's length
+    eos_ids: Container[int]
+    mask_id: int

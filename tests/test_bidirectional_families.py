@@ -15,15 +15,14 @@ import math
 import pytest
 import torch
 from omegaconf import OmegaConf
-from transformers import AutoModelForCausalLM
 
 from contract.records import GenerationRequest
 from harness.engine.masked import MaskedDiffusionDecoder
 from harness.runner.configs import check_family, run_name
 from models.masked_diffusion import MaskedDiffusionAdapter
-from models.tiny import build_masked
 from samplers.config import SamplerConfigError
 from samplers.masked import BlockRefinementConfig, LowConfidenceConfig
+from tests.helpers.masked_twins import sharp_bidirectional
 
 TEXTS = ["Hi", "The quick brown fox", "Once upon a"]
 EOS = 1
@@ -32,16 +31,8 @@ EPS = 1e-3  # DreamGenerationConfig's default eps
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
-    """The tiny bidirectional twin with its layers' weights scaled up: at the builder's scale every mask position
-    predicts the same token, and any fill order would give the same answer."""
-    out = build_masked(tmp_path_factory.mktemp("bidir") / "m", block_length=4, attention="bidirectional")
-    model = AutoModelForCausalLM.from_pretrained(out)
-    with torch.no_grad():
-        for name, w in model.named_parameters():
-            if ".layers." in name and "norm" not in name:
-                w.mul_(15)
-    model.save_pretrained(out)
-    return out
+    """The tiny bidirectional twin, its weights sharpened (tests.helpers.masked_twins)."""
+    return sharp_bidirectional(tmp_path_factory.mktemp("bidir") / "m", 4)
 
 
 def _llada(path, **kw) -> MaskedDiffusionAdapter:

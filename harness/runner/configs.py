@@ -263,7 +263,8 @@ def check_masked_config(model: DictConfig, sampler: DictConfig) -> None:
     from models.loading.masked_checks import DecodeLayout, check_masked_model
 
     attention, context = str(model.get("attention")), str(model.get("context"))
-    layout = DecodeLayout(**{k: model[k] for k in ("canvas", "block_origin", "schedule", "confidence") if k in model})
+    keys = ("canvas", "block_origin", "schedule", "confidence", "sub_block")
+    layout = DecodeLayout(**{k: model[k] for k in keys if k in model})
     check_masked_model(
         attention, context, bool(model.get("shifted_logits")), model.get("block_length"),
         str(model.get("mask_form", "additive")), model.get("forward_kwargs"), layout, model.get("module_attrs"),

@@ -5,7 +5,7 @@ masked config fails in about a second (tests/test_fast_fail.py)."""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from samplers.masked import CONFIDENCES, SCHEDULES
@@ -95,13 +95,33 @@ def check_masked_model(
 
 
 @dataclass(frozen=True)
-class DecodeLayout:
-    """How the family's own generation lays out and fills the answer (module docstring); defaults: LLaDA2Pipeline."""
+class RowSpan:
+    """Where one request's blocks lie (`DecodeLayout.span`)."""
 
-    canvas: str = "block"
-    block_origin: str = "absolute"
-    schedule: str = "even"
-    confidence: str = "prob"
+    origin: int  # where block 0 starts: 0 (absolute) or the prompt's end
+    start: int  # where the first block starts (the prompt's tail before that is part of it)
+    end: int  # where the last block ends
+    width: int  # the block length (a last block may be shorter)
+
+    def size_at(self, at: int) -> int:
+        """The length of the block that starts at position `at`."""
+        return min(self.width, self.end - at)
+
+
+@dataclass(frozen=True)
+class DecodeLayout:
+    """How the family's own generation lays out and fills the answer (module docstring of `models.masked_diffusion`),
+    the one answer to it on every path: the adapter's context paths read `shifted` and `seeded`, the engine asks the
+    methods below and branches on nothing. Defaults: LLaDA2Pipeline."""
+
+    canvas: str = "block"  # block | answer: what a step runs after the prefix
+    block_origin: str = "absolute"  # absolute | prompt: where block 0 starts
+    schedule: str = "even"  # the fill schedule a sampler's null `schedule` takes
+    confidence: str = "prob"  # the ranking a sampler's null `confidence` takes
+    sub_block: int | None = None  # fill a block as sub-blocks of this many positions, left to right (Fast-dLLM v2)
+    seeded: bool = False  # a block's first token is the AR prediction of the position before it (prefix_causal)
+    shifted: bool = False  # logits at i predict token i + 1: a position reads the column before it (Dream)
+    block_length: int | str | None = None  # the decode block: positions, `answer` (the whole answer), None: unset
 
     def check(self, attention: str, context: str) -> None:
         for key, allowed in (("canvas", CANVASES), ("block_origin", BLOCK_ORIGINS), ("schedule", SCHEDULES)):
@@ -109,6 +129,9 @@ class DecodeLayout:
                 raise ValueError(f"model.{key}: must be one of {allowed}, got {getattr(self, key)!r}")
         if self.confidence not in CONFIDENCES:
             raise ValueError(f"model.confidence: must be one of {CONFIDENCES}, got {self.confidence!r}")
+        sb = self.sub_block
+        if sb is not None and (not isinstance(sb, int) or isinstance(sb, bool) or sb < 1):
+            raise ValueError(f"model.sub_block: must be null or an integer >= 1, got {sb!r}")
         if self.canvas == "answer" and (attention != "bidirectional" or context != "recompute"):
             raise ValueError(
                 "model.canvas=answer: the later blocks' masks are seen only by a bidirectional model recomputing "
@@ -124,6 +147,44 @@ class DecodeLayout:
                 "model.block_origin: attention=prefix_causal opens each block at the end of what came before "
                 "(Nemotron-Labs-Diffusion's own generate): use block_origin=prompt"
             )
+
+    def describe(self) -> dict[str, Any]:
+        """The run record's keys (`sub_block` only where set, so records without one read as before)."""
+        keys = {"canvas": self.canvas, "block_origin": self.block_origin, "schedule": self.schedule}
+        keys["confidence"] = self.confidence
+        return keys if self.sub_block is None else {**keys, "sub_block": self.sub_block}
+
+    def decoding(self, block_length: int | None) -> DecodeLayout:
+        """The layout a decode runs: a sampler's block length (null: the model's) in place of the model's."""
+        return replace(self, block_length=block_length or self.block_length)
+
+    def span(self, prompt_len: int, max_new_tokens: int) -> RowSpan:
+        """Where a request's blocks lie. Origin absolute (LLaDA2Pipeline): aligned at position 0, the first one
+        holding the prompt's tail, the last one ending at the block past prompt + max_new_tokens. Origin prompt
+        (LLaDA, Dream): from the prompt's end to prompt + max_new_tokens (a last block shorter), a seeded model's
+        last block whole, as its own generate runs it. `block_length: answer`: one block, the whole answer."""
+        n = max_new_tokens if self.block_length == ANSWER_BLOCK else self.block_length
+        p, gen_end = prompt_len, prompt_len + max_new_tokens
+        if self.block_origin == "prompt":
+            return RowSpan(p, p, p + -(-max_new_tokens // n) * n if self.seeded else gen_end, n)
+        return RowSpan(0, p // n * n, -(-gen_end // n) * n, n)
+
+    def canvas_end(self, gen_end: int) -> int:
+        """Where a step's canvas ends: `canvas: answer` runs the whole answer (later blocks as masks), `block` only
+        the prefix and the current block (0)."""
+        return gen_end if self.canvas == "answer" else 0
+
+    def windows(self, block: list[int], mask_id: int) -> list[tuple[int, int]]:
+        """The (start, end) positions of a block a rule fills in turn: the whole block, or its sub-blocks that hold
+        a mask, left to right (each forward still runs the whole block)."""
+        if self.sub_block is None:
+            return [(0, len(block))]
+        cuts = [(i, min(i + self.sub_block, len(block))) for i in range(0, len(block), self.sub_block)]
+        return [(a, b) for a, b in cuts if mask_id in block[a:b]] or cuts[-1:]
+
+    def window_width(self, width: int) -> int:
+        """The block length a rule's plan is made for: the sub-block's, else the block's."""
+        return width if self.sub_block is None else min(width, self.sub_block)
 
 
 def check_requirements(requires: Any, torch_fallbacks: Any) -> None:
