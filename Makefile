@@ -6,7 +6,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: venv test test-fast lint sweep families search films tiny-models pareto bench gpu-check gpu-plan kernel-build hub-check clean
+.PHONY: venv test test-fast lint sweep families search films tiny-models pareto bench gpu-check gpu-plan kernel-build hub-check strategies-check clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -86,6 +86,10 @@ gpu-check:  ## one prepared GPU script (docs/gpu_check.md); offline: the machine
 hub-check: venv  ## masked hub families: tiny copies of their own code vs their own generate (docs/masked.md); CODE_DIR=, FAMILIES=, RECORD=1
 	HF_HUB_OFFLINE=$(if $(CODE_DIR),1,0) $(PY) -m harness.hub_check $(if $(CODE_DIR),--code-dir $(CODE_DIR)) \
 	  $(if $(FAMILIES),--families $(FAMILIES)) $(if $(RECORD),--record docs/hub_revisions.md)
+
+# CODE_DIR: the authors' repositories, one folder per strategy (wino/, slowfast/, klass/), never committed here.
+strategies-check: venv  ## ported strategies vs their authors' generate on tiny models (docs/samplers.md); CODE_DIR=, STRATEGIES=
+	HF_HUB_OFFLINE=1 $(PY) -m harness.strategies_check --code-dir $(CODE_DIR) $(if $(STRATEGIES),--strategies $(STRATEGIES))
 
 clean:
 	rm -rf outputs/runs outputs/sweeps outputs/plots
