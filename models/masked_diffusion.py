@@ -104,6 +104,13 @@ def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
 
 
+def _canvas(q: BlockQuery, mask_id: int) -> list[int]:
+    """A row's tokens for its forward: prefix and block, then masks up to `canvas_end`, or cut there when it lies
+    inside the block."""
+    seq = q.prefix + q.block + [mask_id] * (q.canvas_end - q.start - len(q.block))
+    return seq[: q.canvas_end] if q.start < q.canvas_end < q.start + len(q.block) else seq
+
+
 def _mask_rows(ends: list[int], positions: list[list[int]] = ()) -> int:
     """1 when every row has the same end and query positions (one mask row serves the batch: building and reading
     a (B, 1, Q, K) mask costs a 512-token prefill of 16 rows a quarter of its time), else the row count."""
@@ -120,7 +127,9 @@ class BlockQuery:
     prefix: list[int]
     block: list[int]
     valid_end: int
-    canvas_end: int = 0  # canvas=answer: the row runs to here, the positions past its block holding the mask id
+    # where the row's canvas ends (0: after its block): canvas=answer runs to gen_end, the positions past its block
+    # holding the mask id; one before the block's end cuts the block there (a rule's carry asked, SlowFast)
+    canvas_end: int = 0
 
     @property
     def start(self) -> int:
@@ -270,11 +279,12 @@ class MaskedDiffusionAdapter:
         cache.release(row)
 
     @torch.no_grad()
-    def forward(self, cache: RowCache, queries: list[BlockQuery], block_length: int) -> torch.Tensor:
+    def forward(self, cache: RowCache, queries: list[BlockQuery], block_length: int, ahead: int = 0) -> torch.Tensor:
         """(len(queries), L, V) logits of each row's current block (L = `block_length`, the decode block; for a
-        block-causal model also its attention block)."""
+        block-causal model also its attention block); with `ahead`, the recompute path adds the next `ahead`
+        positions' (L + ahead columns: a whole-answer canvas computes them anyway), the cached path never does."""
         if self.context == "recompute":
-            return self._recompute(queries, block_length)
+            return self._recompute(queries, block_length, ahead)
         return self._cached(cache, queries, block_length)
 
     def _call(self, ids, qpos, mask, keep: int, keys=None, **kwargs) -> torch.Tensor:
@@ -299,9 +309,11 @@ class MaskedDiffusionAdapter:
         visible = self.tail == "visible" and self.layout.block_origin == "absolute"
         return seq_end if visible else min(seq_end, q.valid_end)
 
-    def _recompute(self, queries: list[BlockQuery], block: int) -> torch.Tensor:
+    def _recompute(self, queries: list[BlockQuery], block: int, ahead: int = 0) -> torch.Tensor:
+        """A row's canvas cut inside its block (`canvas_end`) is padded to the batch's width with hidden keys; the
+        logits past the cut (and past a row's canvas) are those of the last column, no real position."""
         dev = self.device
-        seqs = [q.prefix + q.block + [self.mask_id] * (q.canvas_end - q.start - len(q.block)) for q in queries]
+        seqs = [_canvas(q, self.mask_id) for q in queries]
         w = max(map(len, seqs))
         ids = torch.tensor([s + [self.mask_id] * (w - len(s)) for s in seqs], device=dev)
         pos = torch.arange(w, device=dev).expand(len(seqs), -1)
@@ -311,8 +323,8 @@ class MaskedDiffusionAdapter:
         keys = pos[:m] < ends[:, None]
         mask = block_mask(pos[:m], pos[:m], keys, block, self.attention == "block_causal")
         shift = int(self.layout.shifted)
-        at = torch.tensor([q.start for q in queries], device=dev)[:, None] + torch.arange(block, device=dev) - shift
-        at = at.clamp(min=0)
+        cols = torch.arange(block + ahead, device=dev)
+        at = (torch.tensor([q.start for q in queries], device=dev)[:, None] + cols - shift).clamp(min=0, max=w - 1)
         keep = w - int(at.min())
         logits = self._call(ids, pos, mask, keep, keys, use_cache=False)
         return logits.gather(1, (at - (w - keep))[..., None].expand(-1, -1, logits.shape[-1]))

@@ -247,8 +247,8 @@ def slowfast_ours(oracle, width, cfg, batch: int) -> tuple[list[list[int]], list
             had = MASK in r["x"]
             r["x"], r["carry"], r["calls"] = out.block[i].tolist(), out.carry[i], r["calls"] + 1
             r["step"], r["post"] = r["step"] + had, r["post"] + (not had)
-            progress = BlockProgress(had, MASK in r["x"], False, r["step"], 4096, r["post"])
-            r["done"] = cfg.block_end(progress, r["carry"])[0]
+            progress = BlockProgress(had, MASK in r["x"], False, r["step"], 4096, r["post"], r["carry"])
+            r["done"] = cfg.block_end(progress)[0]
     return [r["x"] for r in rows], [r["calls"] for r in rows]
 
 
@@ -323,7 +323,7 @@ def test_blocks_end_when_their_rule_says():
     gen = torch.Generator().manual_seed(0)
     x = _step_in(_logits(gen, 1, 4, 8, 0.1), torch.full((1, 4), MASK), [])
     out = cfg.step(x)
-    assert not cfg.block_end(BlockProgress(True, True, False, 1, 4096, 0), out.carry[0])[0]
+    assert not cfg.block_end(BlockProgress(True, True, False, 1, 4096, 0, out.carry[0]))[0]
     assert math.isfinite(float(out.carry[0]["canvas_end"]))
 
 

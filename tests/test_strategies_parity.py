@@ -50,8 +50,10 @@ def test_the_loop_runs_rows_of_different_prompts_in_one_step():
 
 @pytest.mark.slow
 @needs_code
-def test_klass_through_the_engine_equals_the_authors_generate(tmp_path):
-    """Once the engine calls the rule's step: one-block answers, every forward's canvas, the answer, the NFE."""
+@pytest.mark.parametrize("strategy,blocks", [("klass", (1,)), ("klass", (2, 3)), ("slowfast", (1, 2))])
+def test_through_the_engine_equals_the_authors_generate(tmp_path, strategy, blocks):
+    """Once the engine calls the rule's step: every forward's canvas, the answer, the NFE (KLASS across blocks:
+    its history kept; SlowFast: its own block end and the fast phase's cut canvas)."""
     from dataclasses import fields
 
     from samplers.masked_rule import MaskedStepIn
@@ -59,5 +61,5 @@ def test_klass_through_the_engine_equals_the_authors_generate(tmp_path):
     if "plans" not in {f.name for f in fields(MaskedStepIn)}:
         pytest.skip("the engine does not call a rule's step yet")
     torch.set_num_threads(1)
-    tally = llada.run_engine("klass", CODE, tmp_path, n=2)
+    tally = llada.run_engine(strategy, CODE, tmp_path, n=2, blocks=blocks)
     assert tally.cases_same == tally.cases > 0 and tally.steps_same == tally.steps, tally.first_diff

@@ -7,7 +7,8 @@ Two layouts beyond the plain canvas, as the authors' code runs them: `shadow` (W
 block as mask tokens at the block's positions, which nothing but itself attends and whose query i sees the real
 block except position i; the rule gets (B, 2L, V) logits, the shadow's second. A rule's carry may ask for a canvas
 cut at `canvas_end` positions of the block (SlowFast's fast phase): the forward then runs prompt + answer up to
-there; positions past it get zero logits.
+there; positions past it get zero logits. A rule with `carry_across_blocks` (KLASS) keeps a row's carry into its
+next block and gets the logits of the canvas after the block (`MaskedStepIn.ahead`), as the engine gives them.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ class Row:
         return self.prompt + self.block * self.width
 
 
-def logits_of(row: Row, model, mask_id: int, shadow: bool, canvas_end: int = -1) -> torch.Tensor:
-    """The block's logits (L, V), or the block's and its shadow's (2L, V), from one forward."""
+def logits_of(row: Row, model, mask_id: int, shadow: bool, canvas_end: int = -1, ahead: bool = False) -> torch.Tensor:
+    """The block's logits (L, V), or the block's and its shadow's (2L, V), from one forward; `ahead`: the block's
+    and the canvas's after it (L + A, V)."""
     x, lo, width = row.x, row.lo, row.width
     ids = torch.tensor([x])
     if canvas_end >= 0:
@@ -65,6 +67,8 @@ def logits_of(row: Row, model, mask_id: int, shadow: bool, canvas_end: int = -1)
     block = out[lo : lo + width]
     if block.shape[0] < width:  # a cut canvas: the rule reads no position past it
         block = torch.cat([block, block.new_zeros(width - block.shape[0], block.shape[1])])
+    if ahead:
+        return out[lo:]
     return torch.cat([block, out[t:]]) if shadow else block
 
 
@@ -81,12 +85,12 @@ def decode(
     return rows
 
 
-def step_input(logits, block, editable, plans, step, first, keys, mask_id, carry) -> MaskedStepIn:
+def step_input(logits, block, editable, plans, step, first, keys, mask_id, carry, ahead=None) -> MaskedStepIn:
     """A `MaskedStepIn` in the form `samplers.masked_rule` defines: per-row plans and host lists, or (main before the
     engine refactor) the steps and shares as tensors."""
     names = {f.name for f in fields(MaskedStepIn)}
     if "plans" in names:
-        return MaskedStepIn(logits, block, editable, plans, step, first, keys, mask_id, carry)
+        return MaskedStepIn(logits, block, editable, plans, step, first, keys, mask_id, carry, ahead)
     share = [p.shares[min(s, len(p.shares) - 1)] if p.shares else 0 for p, s in zip(plans, step, strict=True)]
     return MaskedStepIn(
         logits, block, editable, torch.tensor(step), torch.tensor([p.steps for p in plans]), torch.tensor(share),
@@ -96,13 +100,18 @@ def step_input(logits, block, editable, plans, step, first, keys, mask_id, carry
 
 def _step(rule, model, rows: list[Row], mask_id: int, shadow: bool) -> None:
     ends = [int(r.carry["canvas_end"]) if r.carry and "canvas_end" in r.carry else -1 for r in rows]
-    logits = torch.stack([logits_of(r, model, mask_id, shadow, e) for r, e in zip(rows, ends, strict=True)])
+    across = getattr(rule, "carry_across_blocks", False)
+    outs = [logits_of(r, model, mask_id, shadow, e, across) for r, e in zip(rows, ends, strict=True)]
+    cols = max(len(o) for o in outs)
+    logits = torch.stack([torch.cat([o, o.new_zeros(cols - len(o), o.shape[1])]) for o in outs])
+    width = rows[0].width
+    logits, ahead = (logits[:, :width], logits[:, width:]) if across else (logits, None)
     block = torch.tensor([r.x[r.lo : r.lo + r.width] for r in rows])
     keys = torch.tensor([[0] * len(rows), [r.block for r in rows], [r.forwards for r in rows]])
     editable = torch.ones_like(block, dtype=torch.bool)
     first = [r.forwards == 0 for r in rows]
     x = step_input(logits, block, editable, [r.plan for r in rows], [r.step for r in rows], first, keys, mask_id,
-                   [r.carry for r in rows])  # fmt: skip
+                   [r.carry for r in rows], ahead)  # fmt: skip
     out = rule.step(x)
     for i, r in enumerate(rows):
         had = mask_id in r.x[r.lo : r.lo + r.width]
@@ -112,8 +121,9 @@ def _step(rule, model, rows: list[Row], mask_id: int, shadow: bool) -> None:
         r.step += had
         r.post += not had
         left = mask_id in r.x[r.lo : r.lo + r.width]
-        progress = BlockProgress(had, left, bool(out.edited[i].any()), r.step, r.plan.steps, r.post)
-        final, _ = rule.block_end(progress, r.carry)
+        progress = BlockProgress(had, left, bool(out.edited[i].any()), r.step, r.plan.steps, r.post, r.carry)
+        final, _ = rule.block_end(progress)
         if final:
-            r.block, r.carry, r.step, r.post, r.forwards = r.block + 1, None, 0, 0, 0
+            r.block, r.step, r.post, r.forwards = r.block + 1, 0, 0, 0
+            r.carry = r.carry if across else None
             r.done = r.lo >= r.prompt + r.gen

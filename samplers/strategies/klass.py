@@ -22,7 +22,7 @@ and measures KL on that distribution (the authors' add Gumbel noise to the logit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from samplers.masked import MaskedSamplerConfig, _is_int, _is_num, _require, draw, filtered_logits, transfer_schedule
 from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut
@@ -49,6 +49,7 @@ KL_EPS = 1e-12  # the authors' eps inside both logs
 class KlassConfig(MaskedSamplerConfig):
     """KLASS's knobs; defaults are `stable_confident_decode`'s (threshold is its `conf_threshold`)."""
 
+    carry_across_blocks: ClassVar[bool] = True  # one probability history for the whole canvas, as theirs
     name: str = "klass"
     threshold: float | None = 0.9  # conf_threshold: a ready position's probability is above this
     kl_threshold: float = 0.01  # ... and each of its last `kl_history` KLs below this
@@ -78,41 +79,54 @@ class KlassConfig(MaskedSamplerConfig):
         steps = self.steps_for(max_new_tokens, block_length)
         return BlockPlan(steps, transfer_schedule(masks, steps))
 
-    def block_end(self, progress: BlockProgress, carry: dict | None = None, *_old) -> tuple[bool, bool]:
+    def block_end(self, progress: BlockProgress, *_old) -> tuple[bool, bool]:
         check_engine(self, progress)
         return filled_or_capped(progress)
 
     def step(self, x: MaskedStepIn) -> MaskedStepOut:
         import torch
 
-        logits = x.logits
+        width = x.block.shape[1]
+        ahead = x.ahead if x.ahead is not None else x.logits[:, :0]
+        logits = torch.cat([x.logits, ahead], dim=1)  # the block, then the canvas after it (where the engine has it)
         u = uniforms(self, x)
         if self.temperature > 0:
             logits = filtered_logits(logits, self.temperature, self.top_k, self.top_p)
         tok = draw(x.logits, self, u)[0]
         p = torch.softmax(logits.double(), dim=-1)
-        conf = p.gather(-1, tok[..., None])[..., 0]
+        conf = p[:, :width].gather(-1, tok[..., None])[..., 0]
         prev, hist = self._previous(x, p)
         kl = (p * (torch.log(p + KL_EPS) - torch.log(prev + KL_EPS))).sum(-1)
         hist = torch.cat([hist[..., 1:], kl[..., None]], dim=-1)
         masked = x.block == x.mask_id
-        stable = (hist < self.kl_threshold).all(-1) & (steps_taken(x) >= self.kl_history - 1)[:, None]
+        stable = (hist[:, :width] < self.kl_threshold).all(-1) & (steps_taken(x) >= self.kl_history - 1)[:, None]
         ready = stable & (conf > self.threshold) & masked
-        fill = torch.where(ready.any(-1)[:, None], self._pick(ready, conf, kl), top_k(conf, shares_of(self, x), masked))
+        pick = self._pick(ready, conf, kl[:, :width])
+        fill = torch.where(ready.any(-1)[:, None], pick, top_k(conf, shares_of(self, x), masked))
         block = torch.where(fill, tok, x.block)
-        carry = [{"probs": p[i], "kl": hist[i]} for i in range(len(tok))]
+        carry = [{"probs": p[i], "kl": hist[i], "width": width} for i in range(len(tok))]
         none = torch.zeros_like(fill)
         return MaskedStepOut(block, fill, none, none, carry)
 
     def _previous(self, x: MaskedStepIn, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row's previous distribution and KL history (zeros at a block's first forward)."""
+        """Each row's previous distribution and KL history over the block and the columns after it: the last
+        forward's at the same positions (at a block's first forward, the previous block's forward shifted by its
+        width), zeros where none was computed (the first block, or a layout that gives no columns after the block)."""
         import torch
 
-        rows = row_carry(x.carry, p.shape[0])
-        zp, zh = torch.zeros_like(p[0]), p.new_zeros(p.shape[1], self.kl_history)
-        prev = torch.stack([c["probs"] if c else zp for c in rows])
-        hist = torch.stack([c["kl"] if c else zh for c in rows])
-        return prev, hist
+        cols = p.shape[1]
+        zp, zh = p.new_zeros(cols, p.shape[2]), p.new_zeros(cols, self.kl_history)
+
+        def at(c: dict | None, first: bool, key: str, zero: torch.Tensor) -> torch.Tensor:
+            if not c:
+                return zero
+            part = c[key][c["width"] :] if first else c[key]
+            part = part[:cols]
+            return torch.cat([part, zero[len(part) :]])
+
+        rows = zip(row_carry(x.carry, p.shape[0]), x.first, strict=True)
+        prev, hist = zip(*((at(c, f, "probs", zp), at(c, f, "kl", zh)) for c, f in rows), strict=True)
+        return torch.stack(prev), torch.stack(hist)
 
     def _pick(self, ready: torch.Tensor, conf: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
         """The ready positions a step fills: all, or the one with the highest confidence / lowest KL."""

@@ -112,13 +112,13 @@ class SlowFastConfig(MaskedSamplerConfig):
         refuse_seeded(self, seeded)
         return BlockPlan(self.steps_per_block)
 
-    def block_end(self, progress: BlockProgress, carry: dict | None = None, *_old) -> tuple[bool, bool]:
-        """Final when the rule says so (its carry, passed or on `progress`: the slow phase runs its forwards even on
-        a filled block); without the carry, when no mask is left."""
+    def block_end(self, progress: BlockProgress, *_old) -> tuple[bool, bool]:
+        """Final when the rule says so (its carry, `progress.carry`: the slow phase runs its forwards even on a
+        filled block); without the carry, when no mask is left."""
         check_engine(self, progress)
         if progress.step + progress.post >= progress.steps:
             return True, progress.masks_left
-        carry = carry if carry is not None else getattr(progress, "carry", None)
+        carry = progress.carry
         if carry is None:
             return not progress.masks_left, False
         state = carry["state"]

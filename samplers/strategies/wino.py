@@ -86,7 +86,7 @@ class WinoConfig(MaskedSamplerConfig):
         refuse_seeded(self, seeded)
         return BlockPlan(self.steps_per_block)
 
-    def block_end(self, progress: BlockProgress, carry: dict | None = None, *_old) -> tuple[bool, bool]:
+    def block_end(self, progress: BlockProgress, *_old) -> tuple[bool, bool]:
         check_engine(self, progress)
         return filled_or_capped(progress)
 
