@@ -2,7 +2,8 @@
 checked against (`harness.strategies_check.rule_loop`, LLaDA's layout): every forward's input canvas and the
 answer. What the engine gives the rules for it: SlowFast's block end read from its carry (`BlockProgress.carry`)
 and its fast phase's canvas cut (`canvas_end`); KLASS's carry kept across blocks with the logits after the block
-(`MaskedStepIn.ahead`, the whole-answer canvas). Runs without the authors' code."""
+(`MaskedStepIn.ahead`, the whole-answer canvas); WINO's shadow block (its L verify queries in the forward). Runs
+without the authors' code."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from harness.strategies_check import llada, rule_loop
 from models.masked_diffusion import MaskedDiffusionAdapter
 from samplers.strategies.klass import KlassConfig
 from samplers.strategies.slowfast import SlowFastConfig
+from samplers.strategies.wino import WinoConfig
 
 VOCAB, MASK, EOS = 128, 126, 100
 
@@ -24,13 +26,18 @@ def tiny():
     return llada.tiny_llada(VOCAB, MASK, EOS, seed=0, sharpen=65.0)
 
 
+def _adapter(tiny, tmp_path, width, context="recompute"):
+    path = llada.save_tiny_llada(tmp_path / f"w{width}", tiny, width)
+    canvas = "answer" if context == "recompute" else "block"
+    return MaskedDiffusionAdapter(
+        str(path), dtype="float64", attention="bidirectional", context=context, eos_token_ids=[EOS],
+        num_threads=1, canvas=canvas, block_origin="prompt", block_length=width,
+    )  # fmt: skip
+
+
 def _engine(tiny, tmp_path, rule, prompts, gen, width):
     """Each prompt alone through the engine: its forwards' input ids and its answer."""
-    path = llada.save_tiny_llada(tmp_path / f"w{width}", tiny, width)
-    ad = MaskedDiffusionAdapter(
-        str(path), dtype="float64", attention="bidirectional", context="recompute", eos_token_ids=[EOS],
-        num_threads=1, canvas="answer", block_origin="prompt", block_length=width,
-    )  # fmt: skip
+    ad = _adapter(tiny, tmp_path, width)
     dec = MaskedDiffusionDecoder(ad, rule)
     seen: list[list[int]] = []
     hook = ad.model.register_forward_pre_hook(lambda _m, _a, kw: seen.append(kw["input_ids"][0].tolist()),
@@ -46,9 +53,9 @@ def _engine(tiny, tmp_path, rule, prompts, gen, width):
     return out
 
 
-def _loop(tiny, rule, prompts, gen, width):
-    rows = [rule_loop.decode(rule, tiny.model, [p], gen, width, MASK)[0] for p in prompts]
-    return [(r.trace, r.x[r.prompt :], r.total, r.cut) for r in rows]
+def _loop(tiny, rule, prompts, gen, width, shadow=False):
+    rows = [rule_loop.decode(rule, tiny.model, [p], gen, width, MASK, shadow)[0] for p in prompts]
+    return [(r.trace, r.x[r.prompt :], r.total, r.remasked or r.cut) for r in rows]
 
 
 @pytest.mark.slow
@@ -83,3 +90,21 @@ def test_klass_keeps_its_history_across_blocks_through_the_engine(tiny, tmp_path
         assert trace == want and nfe == total
         assert answer == (x[: x.index(EOS) + 1] if EOS in x else x)
     assert [r.trace for r in reset] != [t for t, *_ in loop]  # the history across blocks changes the decode here
+
+
+@pytest.mark.slow
+def test_wino_shadow_block_through_the_engine(tiny, tmp_path):
+    rule = WinoConfig(threshold=0.6, threshold_back=0.9, eos_early_stop=False)
+    prompts, gen, width = [[5, 6, 7], [9, 10, 11, 12, 13], [30, 31]], 16, 8
+    with torch.no_grad():
+        ours, loop = _engine(tiny, tmp_path, rule, prompts, gen, width), _loop(tiny, rule, prompts, gen, width, True)
+    assert sum(r for *_, r in loop) > 0  # narrow out re-masked tokens
+    for (trace, answer, nfe), (want, x, total, _) in zip(ours, loop, strict=True):
+        assert trace == want and nfe == total  # the shadow's L mask tokens are part of each forward's input
+        assert answer == (x[: x.index(EOS) + 1] if EOS in x else x)
+
+
+def test_wino_shadow_block_is_refused_where_the_layout_cannot_run_it(tiny, tmp_path):
+    with pytest.raises(ValueError, match=r"sampler\.verify: shadow: the shadow block needs context: recompute"):
+        MaskedDiffusionDecoder(_adapter(tiny, tmp_path, 4, context="prefix_cache"), WinoConfig())
+    MaskedDiffusionDecoder(_adapter(tiny, tmp_path, 4, context="prefix_cache"), WinoConfig(verify="self"))

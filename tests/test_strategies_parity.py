@@ -50,10 +50,12 @@ def test_the_loop_runs_rows_of_different_prompts_in_one_step():
 
 @pytest.mark.slow
 @needs_code
-@pytest.mark.parametrize("strategy,blocks", [("klass", (1,)), ("klass", (2, 3)), ("slowfast", (1, 2))])
+@pytest.mark.parametrize(
+    "strategy,blocks", [("klass", (1,)), ("klass", (2, 3)), ("slowfast", (1, 2)), ("wino", (1, 2))]
+)
 def test_through_the_engine_equals_the_authors_generate(tmp_path, strategy, blocks):
     """Once the engine calls the rule's step: every forward's canvas, the answer, the NFE (KLASS across blocks:
-    its history kept; SlowFast: its own block end and the fast phase's cut canvas)."""
+    its history kept; SlowFast: its own block end and the fast phase's cut canvas; WINO: the shadow block)."""
     from dataclasses import fields
 
     from samplers.masked_rule import MaskedStepIn

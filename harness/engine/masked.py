@@ -130,6 +130,10 @@ class MaskedDiffusionDecoder:
         # the rule's carry outlives a block (`samplers.masked_rule`); with sub-blocks it stays per sub-block, as the
         # columns after a sub-block are not handed over
         self.across = bool(getattr(self.rule, "carry_across_blocks", False)) and self.layout.sub_block is None
+        self.shadow = bool(getattr(self.rule, "shadow_queries", False))  # WINO's verify queries in the forward
+        refusal = model.shadow_refusal() if self.shadow else None
+        if self.shadow and (refusal or self.layout.sub_block is not None):
+            raise ValueError(f"sampler.verify: shadow: {refusal or 'no sub-blocks'} (verify: self runs anywhere)")
         self.filler = model.pad_id if model.pad_id >= 0 and model.pad_id != model.mask_id else 0
 
     def encode(self, prompt) -> list[int]:
@@ -213,8 +217,9 @@ class MaskedDiffusionDecoder:
             for i, r, b in zip(busy, rows, blocks, strict=True)
         ]
         extra = max(0, *(q.canvas_end - q.start - n for q in queries)) if self.across else 0
-        logits = model.forward(batch.state, queries, n, extra) if extra else model.forward(batch.state, queries, n)
-        logits, ahead = logits[:, :n], (logits[:, n:] if self.across else None)  # a cached path gives no columns
+        kw = {"ahead": extra} if extra else {}
+        logits = model.forward(batch.state, queries, n, **kw, **({"shadow": True} if self.shadow else {}))
+        logits, ahead = (logits[:, :n], logits[:, n:]) if self.across else (logits, None)  # cached: no columns past n
         block = torch.tensor(blocks, device=dev)
         at = torch.arange(n, device=dev)
         start = torch.tensor([len(r.seq) for r in rows], device=dev)[:, None] + at

@@ -108,6 +108,9 @@ CHECKS += [
         _engine("klass", (2, 3)), known=KLASS_GAP,
     ),
     StrategyCheck(
+        "wino", "WINO-DLLM@9549a1d decoding_wino vs our engine (the shadow block)", ("wino",), _engine("wino", (1, 2)),
+    ),
+    StrategyCheck(
         "wino", "WINO-DLLM@9549a1d decoding_wino vs our engine, verify=self", ("wino",),
         _engine("wino", (1, 2), {"verify": "self"}), known=WINO_GAP,
     ),

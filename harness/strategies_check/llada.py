@@ -330,7 +330,7 @@ def run_engine(
     knobs, theirs, (vocab, mask_id, eos_id, sharpen), shadow = SPECS[strategy]
     m = tiny_llada(vocab, mask_id, eos_id, seed=0, sharpen=sharpen)
     fn, st, tally = authors_generate(strategy, root), LLaDAStandin(m.model), Tally(f"{m.name}, our engine")
-    strip = shadow
+    strip = shadow and (ours_knobs or {}).get("verify") == "self"
     for i, c in enumerate(cases(n, 7 + len(strategy), knobs, blocks)):
         path = save_tiny_llada(out_dir / f"w{c.width}", m, c.width)
         ad = MaskedDiffusionAdapter(

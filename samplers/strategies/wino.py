@@ -86,6 +86,11 @@ class WinoConfig(MaskedSamplerConfig):
         refuse_seeded(self, seeded)
         return BlockPlan(self.steps_per_block)
 
+    @property
+    def shadow_queries(self) -> bool:
+        """The engine adds the shadow block's L verify queries to the forward (`samplers.masked_rule`)."""
+        return self.verify == "shadow"
+
     def block_end(self, progress: BlockProgress, *_old) -> tuple[bool, bool]:
         check_engine(self, progress)
         return filled_or_capped(progress)
