@@ -7,7 +7,7 @@ revisions): `wino/` (Feng-Hong/WINO-DLLM), `slowfast/` (LiangrunFlora/Slow-Fast-
 (shkim0116/KLASS), each the repository's root as `git archive` writes it.
 
 Their own generate function runs, unmodified, on a tiny random LLaDA-style model; ours runs the same prompts
-(1-3 at a time, in one step call) through `rule_loop` (LLaDA's layout, until the engine calls `step`); every
+(1-3 at a time, in one step call) through `rule_loop` (LLaDA's layout) and through our engine; every
 forward's input and the answer must be the same, token for token (`llada`: the runs of the authors' LLaDA-based
 functions). Greedy: their draws use torch's global RNG (Gumbel-max), which our counter-based streams do not
 reproduce. One row per strategy and model (strategy | source | model | cases | identical steps X/Y | identical

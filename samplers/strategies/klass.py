@@ -12,11 +12,13 @@ with `alg="klass"` (shkim0116/KLASS @ad87ecb, src/model/llada_klass.py), one row
 
 The block ends when it holds no mask or after its steps. Its own defaults: threshold 0.9, kl_threshold 0.01,
 kl_history 2 (its GSM8K script: 0.6, 0.015, 2, steps = gen_length, so one fill step per position at most).
-Differences, by design or of the interface (docs/samplers.md): the previous distribution is the block's own from
-its previous forward, none at a block's first forward (the authors' keeps the whole canvas's across blocks, so a
-later block's first steps compare with the forward before it); a share larger than the masks left fills the
-masks left (the authors' top-k then overwrites committed positions); temperature > 0 draws by `samplers.masked.draw`
-and measures KL on that distribution (the authors' add Gumbel noise to the logits first).
+The previous distribution is the canvas's, as theirs: the rule keeps its carry across blocks
+(`carry_across_blocks`) and reads the logits after the block (`MaskedStepIn.ahead`), so a later block's first steps
+compare with the forward before it; where the layout gives no columns after the block (a block canvas, a cached
+path) a block starts with none. Differences, by design or of the interface (docs/samplers.md): a share larger than
+the masks left fills the masks left (the authors' top-k then overwrites committed positions); temperature > 0
+draws by `samplers.masked.draw` and measures KL on that distribution (the authors' add Gumbel noise to the logits
+first).
 """
 
 from __future__ import annotations
