@@ -10,12 +10,14 @@ a subclass) with these entry points, the only ones the engine calls (`harness.en
     block_end(BlockProgress) -> (final, capped)               check_block_should_continue for one row
     stops_at_commit(RowTokens) / stops_at_block_end(RowTokens)   where EOS ends a row (check_eos_finished)
 
-Two opt-ins, both read by the engine: a row's carry may hold `canvas_end` (an int or a one-element tensor,
+Opt-ins the engine reads: a row's carry may hold `canvas_end` (an int or a one-element tensor,
 positions of the block; -1: the layout's canvas), and the row's next forward then runs on the canvas cut there
 (SlowFast's later fast-phase forwards; the logits past the cut hold no real position); a rule class with
 `carry_across_blocks = True` keeps a row's carry into its next block (`MaskedStepIn.first` says a block starts)
 and gets the logits past the block in `MaskedStepIn.ahead` where the layout computes them (KLASS's one
-probability history for the whole canvas).
+probability history for the whole canvas); a rule whose `shadow_queries` is true gets (B, 2L, V) logits, the block's
+then its shadow's (WINO's verify queries: the block's positions again as masks, query i seeing the block but i),
+and the decoder refuses a layout that cannot run them.
 
 A block here is what the rule fills: the decode block, or one of its sub-blocks where the model's layout has them
 (`models.loading.masked_checks.DecodeLayout.windows`: Fast-dLLM v2 fills a 32-token block as sub-blocks of 8, left

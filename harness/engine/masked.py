@@ -21,7 +21,8 @@ AR-seeded model (Nemotron-Labs-Diffusion: `attention: prefix_causal`, blocks fro
 first token alone at its first forward, the model's AR prediction (tests/test_nemotron_diffusion.py); `sub_block`:
 the rule fills a block's sub-blocks in turn, each forward running the whole block (Fast-dLLM v2).
 The sampler is the rule (`samplers.masked_rule`: its plan, step, block end and EOS rule; the engine reads no knob
-of it but the block length and whether to record trajectories): with `block_refinement` one row decodes exactly as
+of it but the block length and whether to record trajectories, plus the rule's opt-ins: a carry across blocks,
+a carry's canvas cut, the shadow block): with `block_refinement` one row decodes exactly as
 LLaDA2Pipeline decodes it alone (tests/test_masked_decode.py), with `llada2_editing` as LLaDA 2.1's own generate
 (tests/test_block_causal_families.py), less a forward both spend after a block's last mask with editing off, which
 changes nothing; an `even` schedule splits the block (LLaDA's get_num_transfer_tokens on a block of masks).
