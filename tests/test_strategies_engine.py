@@ -108,3 +108,25 @@ def test_wino_shadow_block_is_refused_where_the_layout_cannot_run_it(tiny, tmp_p
     with pytest.raises(ValueError, match=r"sampler\.verify: shadow: the shadow block needs context: recompute"):
         MaskedDiffusionDecoder(_adapter(tiny, tmp_path, 4, context="prefix_cache"), WinoConfig())
     MaskedDiffusionDecoder(_adapter(tiny, tmp_path, 4, context="prefix_cache"), WinoConfig(verify="self"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "rule",
+    [
+        SlowFastConfig(explore_steps=3, threshold=0.7, eos_early_stop=False),  # rows cut at their own span, padded
+        KlassConfig(threshold=0.6, kl_threshold=0.2, kl_history=1, steps_per_block=4, eos_early_stop=False),
+        WinoConfig(threshold=0.6, eos_early_stop=False),  # each row's shadow at its own block's positions
+    ],
+    ids=lambda r: r.name,
+)
+def test_rows_in_one_step_decode_as_each_alone(tiny, tmp_path, rule):
+    dec = MaskedDiffusionDecoder(_adapter(tiny, tmp_path, 8), rule)
+    prompts = [[5, 6, 7], [9, 10, 11, 12, 13], [30, 31], [40, 41, 42, 43, 44, 45, 46]]
+    reqs = [GenerationRequest(f"c{i}", p, seed=0, max_new_tokens=24) for i, p in enumerate(prompts)]
+    with torch.no_grad():
+        together = dec.generate(reqs)
+        streamed = {r.sample_id: r for r in dec.stream(iter(reqs), batch_size=2)}  # rows refilled mid-run
+        alone = [dec.generate([r])[0] for r in reqs]
+    assert [(r.token_ids, r.nfe) for r in together] == [(r.token_ids, r.nfe) for r in alone]
+    assert [streamed[r.sample_id].token_ids for r in alone] == [r.token_ids for r in alone]
