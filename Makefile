@@ -87,7 +87,8 @@ hub-check: venv  ## masked hub families: tiny copies of their own code vs their 
 	HF_HUB_OFFLINE=$(if $(CODE_DIR),1,0) $(PY) -m harness.hub_check $(if $(CODE_DIR),--code-dir $(CODE_DIR)) \
 	  $(if $(FAMILIES),--families $(FAMILIES)) $(if $(RECORD),--record docs/hub_revisions.md)
 
-strategies-check: venv  ## the ported strategies' rules vs their authors' generate functions (docs/samplers.md); CODE_DIR= (required), STRATEGIES=
+# CODE_DIR: the authors' files, one folder per source (never committed here; docs/samplers.md lists them).
+strategies-check: venv  ## ported strategies vs their authors' generate functions (docs/samplers.md); CODE_DIR= (required), STRATEGIES=
 	HF_HUB_OFFLINE=1 $(PY) -m harness.strategies_check --code-dir $(CODE_DIR) $(if $(STRATEGIES),--strategies $(STRATEGIES))
 
 clean:

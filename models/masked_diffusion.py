@@ -69,6 +69,7 @@ from models.cache.row_cache import RowCache
 from models.compat import remote_compat
 from models.loading import remote_load
 from models.loading.masked_checks import DecodeLayout, check_masked_model
+from models.masked_masks import additive, block_mask, canvas_ids, mask_rows, shadowed
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
 AUTO_CLASSES = {"causal_lm": AutoModelForCausalLM, "model": AutoModel}
@@ -86,31 +87,6 @@ def set_module_attrs(model: torch.nn.Module, attrs: dict[str, Any]) -> dict[str,
     return attrs
 
 
-def block_mask(
-    qpos: torch.Tensor, kpos: torch.Tensor, kvalid: torch.Tensor, block_length: int, block_causal: bool
-) -> torch.Tensor:
-    """(B, 1, Q, K) bool: what each query sees: the `kvalid` keys, block-causally those in the query's block or before
-    it. A hidden key is hidden from every query, its own included (as transformers reads a padding mask)."""
-    ok = kvalid[:, None, :].expand(-1, qpos.shape[1], -1)
-    if block_causal:
-        ok = ok & ((kpos[:, None, :] // block_length) <= (qpos[:, :, None] // block_length))
-    return ok[:, None]
-
-
-def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean attention mask as the float bias models add to their scores (0 seen, the dtype's minimum hidden):
-    LLaDA 2.x's own generate passes this form, an eager attention adds it as is, and SDPA would convert a boolean
-    mask to it in every layer."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
-
-
-def _mask_rows(ends: list[int], positions: list[list[int]] = ()) -> int:
-    """1 when every row has the same end and query positions (one mask row serves the batch: building and reading
-    a (B, 1, Q, K) mask costs a 512-token prefill of 16 rows a quarter of its time), else the row count."""
-    same = all(e == ends[0] for e in ends) and all(p == positions[0] for p in positions)
-    return 1 if same else len(ends)
-
-
 @dataclass
 class BlockQuery:
     """One row's step: the tokens before its current block, the block, and where the request's length ends
@@ -120,7 +96,9 @@ class BlockQuery:
     prefix: list[int]
     block: list[int]
     valid_end: int
-    canvas_end: int = 0  # canvas=answer: the row runs to here, the positions past its block holding the mask id
+    # where the row's canvas ends (0: after its block): canvas=answer runs to gen_end, the positions past its block
+    # holding the mask id; one before the block's end cuts the block there (a rule's carry asked, SlowFast)
+    canvas_end: int = 0
 
     @property
     def start(self) -> int:
@@ -270,12 +248,28 @@ class MaskedDiffusionAdapter:
         cache.release(row)
 
     @torch.no_grad()
-    def forward(self, cache: RowCache, queries: list[BlockQuery], block_length: int) -> torch.Tensor:
+    def forward(
+        self, cache: RowCache, queries: list[BlockQuery], block_length: int, ahead: int = 0, shadow: bool = False
+    ) -> torch.Tensor:
         """(len(queries), L, V) logits of each row's current block (L = `block_length`, the decode block; for a
-        block-causal model also its attention block)."""
+        block-causal model also its attention block); with `ahead`, the recompute path adds the next `ahead`
+        positions' (L + ahead columns: a whole-answer canvas computes them anyway), the cached path never does;
+        with `shadow` (recompute, `shadow_refusal` None), the block's then its shadow's (2L columns: WINO)."""
         if self.context == "recompute":
-            return self._recompute(queries, block_length)
+            return self._recompute(queries, block_length, ahead, shadow)
         return self._cached(cache, queries, block_length)
+
+    def shadow_refusal(self) -> str | None:
+        """Why this model cannot run WINO's shadow block (None: it can): the verify queries need the recompute path,
+        every position seeing every other, a 4D mask and position ids, no logit shift."""
+        needs = {
+            "context: recompute": self.context == "recompute",
+            "attention: bidirectional": self.attention == "bidirectional",
+            "a 4D mask (mask_form bool or additive)": self.mask_form != "padding",
+            "position ids": self.takes_positions, "unshifted logits": not self.layout.shifted,
+        }  # fmt: skip
+        missing = [k for k, ok in needs.items() if not ok]
+        return f"the shadow block needs {', '.join(missing)}" if missing else None
 
     def _call(self, ids, qpos, mask, keep: int, keys=None, **kwargs) -> torch.Tensor:
         """Logits of (at least) the last `keep` columns: exactly those when the model can trim its LM head. The mask
@@ -299,23 +293,29 @@ class MaskedDiffusionAdapter:
         visible = self.tail == "visible" and self.layout.block_origin == "absolute"
         return seq_end if visible else min(seq_end, q.valid_end)
 
-    def _recompute(self, queries: list[BlockQuery], block: int) -> torch.Tensor:
+    def _recompute(self, queries: list[BlockQuery], block: int, ahead: int = 0, shadow: bool = False) -> torch.Tensor:
+        """A row's canvas cut inside its block (`canvas_end`) is padded to the batch's width with hidden keys; the
+        logits past the cut (and past a row's canvas) are those of the last column, no real position."""
         dev = self.device
-        seqs = [q.prefix + q.block + [self.mask_id] * (q.canvas_end - q.start - len(q.block)) for q in queries]
+        seqs = [canvas_ids(q, self.mask_id) for q in queries]
         w = max(map(len, seqs))
         ids = torch.tensor([s + [self.mask_id] * (w - len(s)) for s in seqs], device=dev)
         pos = torch.arange(w, device=dev).expand(len(seqs), -1)
         ends = [self._key_end(q, len(s)) for s, q in zip(seqs, queries, strict=True)]
-        m = _mask_rows(ends)  # every row's positions are 0 .. w - 1: rows of one end share one mask row
+        m = mask_rows(ends)  # every row's positions are 0 .. w - 1: rows of one end share one mask row
         ends = torch.tensor(ends[:m], device=dev)
         keys = pos[:m] < ends[:, None]
         mask = block_mask(pos[:m], pos[:m], keys, block, self.attention == "block_causal")
         shift = int(self.layout.shifted)
-        at = torch.tensor([q.start for q in queries], device=dev)[:, None] + torch.arange(block, device=dev) - shift
-        at = at.clamp(min=0)
-        keep = w - int(at.min())
+        cols = torch.arange(block + ahead, device=dev)
+        starts = torch.tensor([q.start for q in queries], device=dev)
+        at = (starts[:, None] + cols - shift).clamp(min=0, max=w - 1)
+        if shadow:
+            ids, pos, mask = shadowed(ids, pos, mask, starts, block, self.mask_id)
+            at = torch.cat([at, w + torch.arange(block, device=dev).expand(len(queries), -1)], dim=1)
+        keep = ids.shape[1] - int(at.min())
         logits = self._call(ids, pos, mask, keep, keys, use_cache=False)
-        return logits.gather(1, (at - (w - keep))[..., None].expand(-1, -1, logits.shape[-1]))
+        return logits.gather(1, (at - (ids.shape[1] - keep))[..., None].expand(-1, -1, logits.shape[-1]))
 
     def _cached(self, cache: RowCache, queries: list[BlockQuery], block: int) -> torch.Tensor:
         """Rows starting a prompt (more than a block not yet cached) run in a forward of their own beside the
@@ -349,7 +349,7 @@ class MaskedDiffusionAdapter:
         # a query sees the slots below its row's key end and, block-causally, its block's end (a padding query sits
         # at position 0: it sees the row's first block, never nothing)
         lims = [self._key_end(q, q.start + block) for q in queries]
-        m = _mask_rows(lims, qpos)
+        m = mask_rows(lims, qpos)
         qpos = torch.tensor(qpos, device=dev)
         lim = torch.tensor(lims[:m], device=dev)[:, None]
         if self.attention == "block_causal":

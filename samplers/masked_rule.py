@@ -10,6 +10,15 @@ a subclass) with these entry points, the only ones the engine calls (`harness.en
     block_end(BlockProgress) -> (final, capped)               check_block_should_continue for one row
     stops_at_commit(RowTokens) / stops_at_block_end(RowTokens)   where EOS ends a row (check_eos_finished)
 
+Opt-ins the engine reads: a row's carry may hold `canvas_end` (an int or a one-element tensor,
+positions of the block; -1: the layout's canvas), and the row's next forward then runs on the canvas cut there
+(SlowFast's later fast-phase forwards; the logits past the cut hold no real position); a rule class with
+`carry_across_blocks = True` keeps a row's carry into its next block (`MaskedStepIn.first` says a block starts)
+and gets the logits past the block in `MaskedStepIn.ahead` where the layout computes them (KLASS's one
+probability history for the whole canvas); a rule whose `shadow_queries` is true gets (B, 2L, V) logits, the block's
+then its shadow's (WINO's verify queries: the block's positions again as masks, query i seeing the block but i),
+and the decoder refuses a layout that cannot run them.
+
 A block here is what the rule fills: the decode block, or one of its sub-blocks where the model's layout has them
 (`models.loading.masked_checks.DecodeLayout.windows`: Fast-dLLM v2 fills a 32-token block as sub-blocks of 8, left
 to right, the forward still running the whole block). The inputs are the rule's own types, never the engine's row
@@ -57,6 +66,10 @@ class MaskedStepIn:
     keys: torch.Tensor  # (3, B) long: sample seed, block index, forward in the block (samplers.streams keys)
     mask_id: int
     carry: list[dict[str, Any] | None] = field(default_factory=list)  # per row; None at a block's first forward
+    # the logits of the canvas's positions after each row's block (B, A, V), for a rule with `carry_across_blocks`
+    # where the layout runs the whole answer (`canvas: answer`, recompute); None elsewhere. Columns past a row's
+    # canvas (or after a shorter last block) hold no real position
+    ahead: torch.Tensor | None = None
 
 
 @dataclass
@@ -80,6 +93,7 @@ class BlockProgress:
     step: int  # fill steps taken (forwards with masks before them)
     steps: int  # the plan's fill steps
     post: int  # forwards after the block's last mask, this one included
+    carry: dict[str, Any] | None = None  # the rule's carry after this forward (a rule whose end is its own: SlowFast)
 
 
 @dataclass

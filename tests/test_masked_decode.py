@@ -267,10 +267,10 @@ def test_rows_of_one_shape_share_one_mask_row_and_logits_stay(checkpoints, conte
     ids = [ad.encode(t) for t in ("Hello world, this is", "Once upon a time the")]
     assert len(ids[0]) == len(ids[1])
     same = [md.BlockQuery(i, s[:8], s[8:10] + [m, m], 100) for i, s in enumerate(ids)]
-    assert md._mask_rows([12, 12], [[0, 1], [0, 1]]) == 1 and md._mask_rows([12, 11], [[0, 1], [0, 1]]) == 2
-    assert md._mask_rows([12, 12], [[0, 1], [1, 2]]) == 2
+    assert md.mask_rows([12, 12], [[0, 1], [0, 1]]) == 1 and md.mask_rows([12, 11], [[0, 1], [0, 1]]) == 2
+    assert md.mask_rows([12, 12], [[0, 1], [1, 2]]) == 2
     shared = ad.forward(ad.open(2), same, 4)
-    monkeypatch.setattr(md, "_mask_rows", lambda ends, positions=(): len(ends))
+    monkeypatch.setattr(md, "mask_rows", lambda ends, positions=(): len(ends))
     assert torch.equal(shared, ad.forward(ad.open(2), same, 4))
 
 

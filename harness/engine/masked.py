@@ -21,7 +21,8 @@ AR-seeded model (Nemotron-Labs-Diffusion: `attention: prefix_causal`, blocks fro
 first token alone at its first forward, the model's AR prediction (tests/test_nemotron_diffusion.py); `sub_block`:
 the rule fills a block's sub-blocks in turn, each forward running the whole block (Fast-dLLM v2).
 The sampler is the rule (`samplers.masked_rule`: its plan, step, block end and EOS rule; the engine reads no knob
-of it but the block length and whether to record trajectories): with `block_refinement` one row decodes exactly as
+of it but the block length and whether to record trajectories, plus the rule's opt-ins: a carry across blocks,
+a carry's canvas cut, the shadow block): with `block_refinement` one row decodes exactly as
 LLaDA2Pipeline decodes it alone (tests/test_masked_decode.py), with `llada2_editing` as LLaDA 2.1's own generate
 (tests/test_block_causal_families.py), less a forward both spend after a block's last mask with editing off, which
 changes nothing; an `even` schedule splits the block (LLaDA's get_num_transfer_tokens on a block of masks).
@@ -65,6 +66,7 @@ class _Row:
     plan: BlockPlan = field(default_factory=lambda: BlockPlan(1))  # the rule's plan for the current (sub-)block
     windows: list[tuple[int, int]] = field(default_factory=list)  # the block's sub-blocks to fill, current first
     carry: dict[str, Any] | None = None  # the rule's memory between the steps of a (sub-)block
+    cut: int = -1  # where the rule's carry cuts the next forward's canvas (positions of the block; -1: no cut)
     step_idx: int = 0  # steps with masks left, as LLaDA2Pipeline counts them
     post_steps: int = 0  # editing forwards after the (sub-)block's last mask
     forwards: int = 0  # forwards in this block (the random stream's step key)
@@ -103,6 +105,15 @@ class _StepOut:
     edited: list[int]
     remasked: list[int]
     carry: list[dict[str, Any] | None]
+    cut: list[int]  # per row: the carry's `canvas_end` (-1: none)
+
+
+def _cuts(carry: list[dict[str, Any] | None], like: torch.Tensor) -> torch.Tensor:
+    """(B, 1) long: each row's `canvas_end` from the rule's carry (-1 where none), read in the step's host read."""
+    ends = [c.get("canvas_end", -1) if c else -1 for c in carry] if carry else [-1] * like.shape[0]
+    if all(isinstance(e, int) for e in ends):
+        return torch.tensor(ends, device=like.device)[:, None]
+    return torch.stack([torch.as_tensor(e, device=like.device).reshape(()) for e in ends]).long()[:, None]
 
 
 class MaskedDiffusionDecoder:
@@ -117,6 +128,13 @@ class MaskedDiffusionDecoder:
         self.layout = model.layout.decoding(sampler.block_length)
         self.block_length = self.layout.block_length
         self.rule = sampler.resolved(self.layout.schedule, self.layout.confidence)
+        # the rule's carry outlives a block (`samplers.masked_rule`); with sub-blocks it stays per sub-block, as the
+        # columns after a sub-block are not handed over
+        self.across = bool(getattr(self.rule, "carry_across_blocks", False)) and self.layout.sub_block is None
+        self.shadow = bool(getattr(self.rule, "shadow_queries", False))  # WINO's verify queries in the forward
+        refusal = model.shadow_refusal() if self.shadow else None
+        if self.shadow and (refusal or self.layout.sub_block is not None):
+            raise ValueError(f"sampler.verify: shadow: {refusal or 'no sub-blocks'} (verify: self runs anywhere)")
         self.filler = model.pad_id if model.pad_id >= 0 and model.pad_id != model.mask_id else 0
 
     def encode(self, prompt) -> list[int]:
@@ -179,7 +197,9 @@ class MaskedDiffusionDecoder:
         width = self.layout.window_width(r.span.width)
         r.plan = self.rule.plan(hi - lo, r.req.max_new_tokens, width, seeded)
         r.step_idx = r.post_steps = 0
-        r.carry = None
+        r.cut = -1
+        if not self.across:
+            r.carry = None
 
     # ----------------------------------------------------------------------------------------------
     # step
@@ -194,10 +214,13 @@ class MaskedDiffusionDecoder:
         n = max(len(r.block) for r in rows)  # rows with a shorter block: filler (no mask, hidden) to the right
         blocks = [r.block + [self.filler] * (n - len(r.block)) for r in rows]
         queries = [
-            BlockQuery(i, r.seq, b, r.gen_end, self.layout.canvas_end(r.gen_end))
+            BlockQuery(i, r.seq, b, r.gen_end, len(r.seq) + r.cut if r.cut >= 0 else self.layout.canvas_end(r.gen_end))
             for i, r, b in zip(busy, rows, blocks, strict=True)
         ]
-        logits = model.forward(batch.state, queries, n)
+        extra = max(0, *(q.canvas_end - q.start - n for q in queries)) if self.across else 0
+        kw = {"ahead": extra} if extra else {}
+        logits = model.forward(batch.state, queries, n, **kw, **({"shadow": True} if self.shadow else {}))
+        logits, ahead = (logits[:, :n], logits[:, n:]) if self.across else (logits, None)  # cached: no columns past n
         block = torch.tensor(blocks, device=dev)
         at = torch.arange(n, device=dev)
         start = torch.tensor([len(r.seq) for r in rows], device=dev)[:, None] + at
@@ -207,17 +230,19 @@ class MaskedDiffusionDecoder:
         inp = MaskedStepIn(
             logits, block, editable, [r.plan for r in rows], [r.step_idx for r in rows],
             [r.forwards == 0 for r in rows], torch.tensor(keys, dtype=torch.long, device=dev), mask,
-            [r.carry for r in rows],
+            [r.carry for r in rows], ahead,
         )  # fmt: skip
         out = self._windowed(inp, rows)
         new, fill, edit = out.block, out.filled, out.edited
         host = torch.cat([new, fill | edit, fill.sum(-1, keepdim=True), edit.sum(-1, keepdim=True)], dim=1)
-        host = torch.cat([host.long(), out.remasked.sum(-1, keepdim=True)], dim=1).cpu().tolist()  # the one read
+        host = torch.cat([host.long(), out.remasked.sum(-1, keepdim=True), _cuts(out.carry, host)], dim=1)
+        host = host.cpu().tolist()  # the one read
         size = [len(r.block) for r in rows]
         return _StepOut(
             [h[:m] for h, m in zip(host, size, strict=True)],
             [[bool(x) for x in h[n : n + m]] for h, m in zip(host, size, strict=True)],
             [h[2 * n] for h in host], [h[2 * n + 1] for h in host], [h[2 * n + 2] for h in host], out.carry,
+            [h[2 * n + 3] for h in host],
         )  # fmt: skip
 
     def _windowed(self, inp: MaskedStepIn, rows: list[_Row]) -> MaskedStepOut:
@@ -235,7 +260,7 @@ class MaskedDiffusionDecoder:
         block = torch.where(valid, inp.block.gather(1, cols), self.filler)
         sub = MaskedStepIn(
             logits, block, inp.editable.gather(1, cols) & valid, inp.plans, inp.step, inp.first, inp.keys,
-            inp.mask_id, inp.carry,
+            inp.mask_id, inp.carry, inp.ahead,
         )  # fmt: skip
         out = self.rule.step(sub)
         back = torch.where(valid, idx, n)  # a column past the block for the padding: dropped
@@ -263,7 +288,7 @@ class MaskedDiffusionDecoder:
         mask = self.model.mask_id
         had_masks = mask in r.window()
         seed_step = r.plan.seeded and r.forwards == 0  # outside the schedule, as its own generate
-        r.block, r.carry = out.block[k], out.carry[k] if out.carry else None
+        r.block, r.carry, r.cut = out.block[k], out.carry[k] if out.carry else None, out.cut[k]
         res = r.result
         res.nfe += 1
         res.row_forwards += 1
@@ -283,7 +308,7 @@ class MaskedDiffusionDecoder:
         if r.finished:
             return True
         progress = BlockProgress(
-            had_masks, mask in r.window(), bool(out.edited[k]), r.step_idx, r.plan.steps, r.post_steps
+            had_masks, mask in r.window(), bool(out.edited[k]), r.step_idx, r.plan.steps, r.post_steps, r.carry
         )
         done, capped = self.rule.block_end(progress)
         if not done:

@@ -9,6 +9,20 @@ package (each strategy subclasses its config: a cycle).
 from samplers.strategies.dparallel import DParallelConfig
 from samplers.strategies.eb_sampler import EBSamplerConfig
 from samplers.strategies.fast_dllm_v2 import FastDllmV2Config
+from samplers.strategies.klass import KlassConfig
 from samplers.strategies.pc_sampler import PCSamplerConfig
+from samplers.strategies.slowfast import SlowFastConfig
+from samplers.strategies.wino import WinoConfig
 
-STRATEGIES = {c.name: c for c in (FastDllmV2Config, DParallelConfig, EBSamplerConfig, PCSamplerConfig)}
+STRATEGIES = {
+    c.name: c
+    for c in (
+        FastDllmV2Config,
+        DParallelConfig,
+        EBSamplerConfig,
+        PCSamplerConfig,
+        WinoConfig,
+        SlowFastConfig,
+        KlassConfig,
+    )
+}
