@@ -172,7 +172,10 @@ def test_pc_background_reads_its_json_layout(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_each_strategy_composes_from_its_yaml_with_a_knob_swept(name):
-    knob = {"fast_dllm_v2": "sub_block_length=4", "dparallel": "entropy_threshold=0.25", "eb_sampler": "gamma=0.5"}
+    knob = {
+        "fast_dllm_v2": "sub_block_length=4", "dparallel": "entropy_threshold=0.25", "eb_sampler": "gamma=0.5",
+        "wino": "threshold_back=0.8", "slowfast": "explore_steps=4", "klass": "kl_threshold=0.02",
+    }  # fmt: skip
     override = knob.get(name, "lambd=0.5")
     cfg = instantiate(compose_app("model=tiny_masked", f"sampler={name}", f"sampler.{override}").sampler)
     assert type(cfg) is STRATEGIES[name] and cfg.name == name
@@ -227,13 +230,16 @@ def test_every_strategy_decodes_through_the_engine(tmp_path):
     from tests.helpers.app import run_app
 
     path = build_masked(tmp_path / "m", block_length=8)
-    names = ",".join(STRATEGIES)
+    # WINO, SlowFast, KLASS: their engine runs are tests/test_strategies_engine.py (WINO's shadow block needs a
+    # bidirectional recompute model, which tiny_masked is not)
+    own = [n for n in STRATEGIES if n not in ("wino", "slowfast", "klass")]
+    names = ",".join(own)
     run_app(
         "-m", "model=tiny_masked", f"model.path={path}", "eval=prompts", f"sampler={names}",
         f"hydra.sweep.dir={tmp_path / 'sweep'}", "eval.max_new_tokens=16", timeout=600,
         check=True,
     )  # fmt: skip
     metrics = [json.loads(p.read_text()) for p in (tmp_path / "sweep").rglob("metrics.json")]
-    assert sorted(m["run"]["sampler"]["name"] for m in metrics) == sorted(STRATEGIES)
+    assert sorted(m["run"]["sampler"]["name"] for m in metrics) == sorted(own)
     for m in metrics:
         assert m["num_tokens"] > 0 and m["tpf"] == pytest.approx(m["num_tokens"] / m["nfe"])
