@@ -132,3 +132,42 @@ def test_shipped_twins_load_and_copy(tmp_path, fam):
     (metrics,) = sweep.glob("runs/*/metrics.json")
     m = json.loads(metrics.read_text())
     assert m["pb_task"] == "waiting_line/copy" and m["quality"] > 0
+
+
+def _run(tmp_path, name: str, task: str, tps: float, scores: list[float], **knobs) -> dict:
+    run = tmp_path / name
+    run.mkdir()
+    rows = [
+        {"sample_id": f"s{i}", "pb_score": s, "nfe": 10, "num_tokens": 10, "wall_time_s": 0.1}
+        for i, s in enumerate(scores)
+    ]
+    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    label = name.split("_")[0]
+    return {"model": label, "label": label, "sampler": "rule", "pb_task": task, "pb_tokens_per_step": tps,
+            "run_dir": str(run), **{f"sampler.{k}": v for k, v in knobs.items()}}  # fmt: skip
+
+
+def test_matched_table_takes_the_best_setting_at_the_speed_and_tests_on_the_same_items(tmp_path):
+    import pandas as pd
+
+    from harness.analysis.parallelbench_matched import format_matched, matched_dominance, matched_table
+
+    good, bad = [1.0] * 20, [0.0] * 20
+    table = pd.DataFrame(
+        [
+            _run(tmp_path, "uni_slow", "waiting_line/copy", 1.5, good, bound=0.1),
+            _run(tmp_path, "uni_fast", "waiting_line/copy", 5.0, bad, bound=3.0),
+            _run(tmp_path, "mask_slow", "waiting_line/copy", 1.2, bad, bound=0.9),
+            _run(tmp_path, "mask_fast", "waiting_line/copy", 1.4, good[:10] + bad[:10], bound=0.1),
+        ]
+    )
+    m = matched_table(table, targets=(1.0, 4.0)).set_index(["target_tps", "label"])
+    assert m.loc[(1.0, "uni"), "score"] == 1.0 and m.loc[(1.0, "uni"), "setting"] == "bound=0.1"
+    assert m.loc[(4.0, "uni"), "score"] == 0.0 and pd.isna(m.loc[(4.0, "mask"), "score"])  # mask: cannot reach 4
+    assert m.loc[(1.0, "mask"), "score"] == 0.5  # its fast setting is also its best one above 1 token / step
+    assert m.loc[(1.0, "uni"), "score_lo"] == 1.0 and 0.2 < m.loc[(1.0, "mask"), "score_lo"] < 0.5
+    dom = matched_dominance(matched_table(table, targets=(1.0, 4.0)))
+    wins = {(d.target_tps, d.strategy, d.vs) for d in dom.itertuples() if d.dominates}
+    # >= 1 token / step: uni right on 20 / 20 at 1.5, mask on 10 / 20 at 1.4: uni faster and better (McNemar)
+    assert wins == {(1.0, "uni / uni / rule", "mask / mask / rule")}
+    assert "Waiting Line" in format_matched(table)

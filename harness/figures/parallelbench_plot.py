@@ -9,7 +9,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-COLORS = {"masked": "#17becf", "diffusion": "#1f77b4", "ar": "#595959", "ar_draft": "#ff7f0e"}
+COLORS = {"masked": "#17becf", "diffusion": "#1f77b4", "ar": "#595959", "ar_draft": "#ff7f0e", "ar+draft": "#ff7f0e"}
 
 
 def _panel(ax, runs: pd.DataFrame, title: str) -> None:
