@@ -6,10 +6,13 @@ Run:  python -m harness.train                       # recipe conf/train/sudoku6_
       python -m harness.train train=sudoku6_masked  # same data, masked (absorbing-state) objective
       python -m harness.train train=sudoku9_gpu     # 9x9 on a GPU
       python -m harness.train train=sudoku9_lora    # LoRA fine-tune of DiffusionGemma 26B (docs/lora.md)
+      python -m harness.train train=pb_diffusion    # task=parallelbench: the ParallelBench twins (pb_masked, pb_ar...)
 (`python -m evals.sudoku.train ...` is the same entry.)
 Config: conf/train.yaml (under the main config root: shares `paths` and `local` with the eval app) picks a
 recipe from conf/train/; any TrainConfig field can be overridden (`steps=100 model.hidden=64`).
 
+Batches come from `evals.sudoku.batches` by `task`: the Sudoku puzzle stream, or the ParallelBench twin's generated
+Waiting Line / Puzzle prompts (variable length, padded; its own tokenizer, no in-training probe).
 Diffusion objective: the uniform-state loss with self-conditioning of `models.training.objectives` (shared with the
 LoRA fine-tuning of `evals.sudoku.finetune`). AR objective: next-token cross-entropy on the answer tokens
 after the prompt. A recipe with `lora:` set fine-tunes adapters on `init_from` instead (`run` dispatches).
