@@ -42,6 +42,12 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
+    return wrap_tokenizer(tok)
+
+
+def wrap_tokenizer(tok: Tokenizer, **special_tokens: str) -> PreTrainedTokenizerFast:
+    """A `tokenizers` object with the char tokenizer's specials as a transformers tokenizer (left padding, the
+    Gemma-style chat template); `special_tokens` adds more (`mask_token=MASK`)."""
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token=PAD,
@@ -50,6 +56,7 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
         unk_token=UNK,
         additional_special_tokens=SPECIALS[4:],
         padding_side="left",
+        **special_tokens,
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast

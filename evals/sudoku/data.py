@@ -37,6 +37,7 @@ class DataSpec:
 class Example:
     prompt: list[int]
     response: list[int]
+    length: int = 0  # the eval's generation length for it (0: the response's); the masked twin fills up to it
 
 
 def answer_text(solution: str, fmt: str) -> str:

@@ -29,7 +29,12 @@ def add_mask_token(tokenizer) -> int:
 
 
 def answer_block(cfg) -> int:
-    """The training and decoding block length: the recipe's, or the whole answer (N*N)."""
+    """The training and decoding block length: the recipe's, or the whole answer (N*N); the ParallelBench twin's
+    prompts have every length, so its recipe names one."""
+    if getattr(cfg, "task", "sudoku") == "parallelbench":
+        if not cfg.block_length:
+            raise ValueError("block_length: the parallelbench masked recipe needs one (its prompts have every length)")
+        return cfg.block_length
     cells = cfg.size * cfg.size
     n = cfg.block_length or cells
     if cells % n:

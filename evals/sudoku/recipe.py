@@ -39,6 +39,9 @@ class ModelShape:
 @dataclass
 class TrainConfig:
     kind: str = "diffusion"  # "diffusion" | "ar" | "masked"
+    task: str = "sudoku"  # sudoku (the puzzle stream) | parallelbench (the twin's Waiting Line / Puzzle stream)
+    pb_tasks: list[str] = field(default_factory=list)  # parallelbench: the tasks trained on ([]: every generated one)
+    canvas_length: int | None = None  # diffusion: the canvas (null: size * size, the Sudoku answer)
     out_dir: str = "models/checkpoints/sudoku6_diffusion"
     size: int = 6
     steps: int = 3000
@@ -57,6 +60,7 @@ class TrainConfig:
     sc_temperature: list[float] = field(default_factory=lambda: [0.6, 0.8])
     model: ModelShape = field(default_factory=ModelShape)
     block_length: int | None = None  # masked only: the block-causal block (null: the whole N*N answer)
+    max_position: int = 256  # the model's position table (at least 4 * size * size)
     device: str = "cpu"
     threads: int = 2  # CPU threads (0 = torch default)
     bf16: bool = False  # autocast on cuda

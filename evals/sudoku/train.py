@@ -6,10 +6,13 @@ Run:  python -m harness.train                       # recipe conf/train/sudoku6_
       python -m harness.train train=sudoku6_masked  # same data, masked (absorbing-state) objective
       python -m harness.train train=sudoku9_gpu     # 9x9 on a GPU
       python -m harness.train train=sudoku9_lora    # LoRA fine-tune of DiffusionGemma 26B (docs/lora.md)
+      python -m harness.train train=pb_diffusion    # task=parallelbench: the ParallelBench twins (pb_masked, pb_ar...)
 (`python -m evals.sudoku.train ...` is the same entry.)
 Config: conf/train.yaml (under the main config root: shares `paths` and `local` with the eval app) picks a
 recipe from conf/train/; any TrainConfig field can be overridden (`steps=100 model.hidden=64`).
 
+Batches come from `evals.sudoku.batches` by `task`: the Sudoku puzzle stream, or the ParallelBench twin's generated
+Waiting Line / Puzzle prompts (variable length, padded; its own tokenizer, no in-training probe).
 Diffusion objective: the uniform-state loss with self-conditioning of `models.training.objectives` (shared with the
 LoRA fine-tuning of `evals.sudoku.finetune`). AR objective: next-token cross-entropy on the answer tokens
 after the prompt. A recipe with `lora:` set fine-tunes adapters on `init_from` instead (`run` dispatches).
@@ -25,10 +28,11 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from evals.sudoku.batches import DigitCodec, batches_for
 from evals.sudoku.check import reference_decode
 from evals.sudoku.eval import SudokuEval
 from evals.sudoku.finetune import train_lora
-from evals.sudoku.masked import add_mask_token, build_masked_model, confidence_decode, masked_loss
+from evals.sudoku.masked import add_mask_token, build_masked_model, confidence_decode
 from evals.sudoku.recipe import (
     ModelShape,
     Schedule,
@@ -43,11 +47,10 @@ from evals.sudoku.recipe import (
     register_train_configs,
     start_run,
 )
-from evals.sudoku.stream import Curriculum, PuzzleStream
-from models.training.objectives import Batch, block_diffusion_loss
 
 # the recipe schema lives in evals.sudoku.recipe (shared with the LoRA trainer); importable from here as before
 __all__ = [
+    "DigitCodec",
     "ModelShape",
     "TrainApp",
     "TrainConfig",
@@ -74,45 +77,18 @@ def build_model(cfg: TrainConfig, tokenizer):
         heads=m.heads,
         head_dim=m.head_dim,
         intermediate=m.intermediate,
-        max_position=max(256, 4 * cfg.size * cfg.size),
+        max_position=max(cfg.max_position, 4 * cfg.size * cfg.size),
     )
     if cfg.kind == "diffusion":
+        canvas = cfg.canvas_length or cfg.size * cfg.size
         return DiffusionGemmaForBlockDiffusion(
-            diffusion_config(vocab, canvas_length=cfg.size * cfg.size, num_experts=m.num_experts, **shape)
+            diffusion_config(vocab, canvas_length=canvas, num_experts=m.num_experts, **shape)
         )
     if cfg.kind == "ar":
         return Gemma4ForCausalLM(ar_config(vocab, **shape))
     if cfg.kind == "masked":
         return build_masked_model(cfg, tokenizer, shape)
     raise ValueError(f"kind must be 'diffusion', 'ar' or 'masked', got {cfg.kind!r}")
-
-
-class DigitCodec:
-    """Digit strings <-> token ids of the char tokenizer, via a lookup table (fast, no tokenizer call)."""
-
-    def __init__(self, tokenizer):
-        ids = tokenizer.convert_tokens_to_ids(list("0123456789"))
-        self.table = torch.tensor(ids, dtype=torch.long)
-
-    def encode(self, strings: list[str], device) -> torch.Tensor:
-        digits = torch.tensor([[ord(ch) - 48 for ch in s] for s in strings], dtype=torch.long)
-        return self.table[digits].to(device)
-
-
-def ar_loss(model, prompt: torch.Tensor, clean: torch.Tensor):
-    ids = torch.cat([prompt, clean], dim=1)
-    labels = ids.clone()
-    labels[:, : prompt.shape[1]] = -100
-    return model(input_ids=ids, labels=labels).loss
-
-
-def recipe_loss(model, cfg: TrainConfig, prompt: torch.Tensor, clean: torch.Tensor, gen: torch.Generator):
-    """The training loss of `cfg.kind` on one batch of puzzles (`prompt`) and their solutions (`clean`)."""
-    if cfg.kind == "diffusion":
-        return block_diffusion_loss(model, objective(cfg), Batch(prompt, clean), gen)[0]
-    if cfg.kind == "masked":
-        return masked_loss(model, prompt, clean, gen, (cfg.t_min, cfg.t_max))
-    return ar_loss(model, prompt, clean)
 
 
 def quick_eval(model, cfg: TrainConfig, tokenizer, n: int, seed: int = 1234) -> dict:
@@ -139,6 +115,20 @@ def masked_probe(model, tokenizer, ev: SudokuEval) -> list[dict]:
     return [{**ev.score(it, text), "tpf": cells / forwards} for it, text in zip(items, texts, strict=True)]
 
 
+def tokenizer_for(cfg: TrainConfig):
+    """The char tokenizer (Sudoku; + `<|mask|>` for the masked model) or the ParallelBench twin's tokenizer."""
+    if cfg.task == "parallelbench":
+        from evals.parallelbench.twin_tokenizer import twin_tokenizer
+
+        return twin_tokenizer()
+    from models.tiny import char_tokenizer
+
+    tokenizer = char_tokenizer()
+    if cfg.kind == "masked":
+        add_mask_token(tokenizer)
+    return tokenizer
+
+
 def save(model, tokenizer, out: Path, cfg: TrainConfig, meta: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     # sampler knobs stay at transformers' defaults (= the reference sampler); only ids are pinned
@@ -163,15 +153,10 @@ def resume(cfg: TrainConfig, state_path: Path, model, opt, dev) -> tuple[int, fl
 
 def train(cfg: TrainConfig) -> dict:
     """Run the recipe; returns final figures. Checkpoints land in `cfg.out_dir` every `save_every` steps."""
-    from models.tiny import char_tokenizer
-
     dev = start_run(cfg)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = char_tokenizer()
-    if cfg.kind == "masked":
-        add_mask_token(tokenizer)
-    codec = DigitCodec(tokenizer)
+    tokenizer = tokenizer_for(cfg)
     model = build_model(cfg, tokenizer)
     if cfg.init_from:
         model = type(model).from_pretrained(cfg.init_from)
@@ -180,18 +165,15 @@ def train(cfg: TrainConfig) -> dict:
     state_path = out / "train_state.pt"
     start, elapsed0 = resume(cfg, state_path, model, opt, dev)
     n_params = sum(p.numel() for p in model.parameters())
-    curriculum = Curriculum(tuple(cfg.curriculum_start), tuple(cfg.curriculum_end), cfg.curriculum_ramp)
-    stream = PuzzleStream(cfg.size, curriculum, seed=cfg.seed + start, fresh_per_batch=cfg.fresh_per_batch)
+    batches = batches_for(cfg, tokenizer, start)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + start)
     log = TrainLog(out, start, ["step", "loss", "lr", "blanks_lo", "blanks_hi", "elapsed_s", "eval_solved", "eval_tpf"])
     model.train()
     run_loss, run_n, step = 0.0, 0, start
     schedule = Schedule(cfg, opt, start, elapsed0, f"train {cfg.kind}")
     for step, frac, lr in schedule:
-        puzzles, solutions = stream.batch(frac, cfg.batch_size)
-        prompt, clean = codec.encode(puzzles, dev), codec.encode(solutions, dev)
         with autocast(cfg, dev):
-            loss = recipe_loss(model, cfg, prompt, clean, gen)
+            loss = batches.loss(model, cfg, frac, gen, dev)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at step {step}")
         opt.zero_grad(set_to_none=True)
@@ -205,7 +187,7 @@ def train(cfg: TrainConfig) -> dict:
         if cfg.eval_every and (done % cfg.eval_every == 0 or last):
             ev = quick_eval(model, cfg, tokenizer, cfg.eval_puzzles)
         if done % cfg.log_every == 0 or ev or last:
-            lo, hi = curriculum.range_at(frac)
+            lo, hi = batches.range_at(frac)
             elapsed = schedule.elapsed()
             log.row(
                 [

@@ -37,6 +37,7 @@ from harness.analysis.fronts import annotate_fronts
 from harness.analysis.hybrid import format_hybrid, hybrid_table
 from harness.analysis.lengths import format_lengths, length_crossovers, length_series
 from harness.analysis.parallelbench import pbx_table, per_task_scores
+from harness.analysis.parallelbench_matched import format_matched
 from harness.analysis.scaling import crossovers, format_latency, format_scaling, scaling_series
 from harness.runner.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_run
 
@@ -378,6 +379,8 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
         print("max_tokens/NFE, PB*_tpf on our TPF; harness.analysis.parallelbench), then each task's score [interval]:")
         print(pb.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         print(per_task_scores(table).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print("\nParallelBench at matched tokens-per-step (per task group; harness.analysis.parallelbench_matched):")
+        print(format_matched(table))
     if broken := table.attrs.get("broken"):
         print(f"\n{len(broken)} broken run(s), not in the table:")
         for run_dir, why in broken:
