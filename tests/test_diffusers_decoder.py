@@ -112,7 +112,9 @@ def test_decoder_group_picks_the_pipeline_and_its_default_scheduler():
         (["decoder=diffusers", "sampler=entropy_bound"], "sampler=diffusers_entropy_bound"),
         (["decoder=diffusers", "sampler=diffusers_ddim", "sampler.corrector_selection=best"], "corrector_selection"),
         (["decoder=diffusers", "sampler=diffusers_ddim", "sampler.corrector_k=0"], "sampler.corrector_k"),
-        (["decoder=diffusers", "model=sudoku6_ar"], "model._target_"),
+        # an AR model: its family takes token samplers, none of them diffusers' (refused naming the sampler)
+        (["decoder=diffusers", "model=sudoku6_ar"], "uniform-state sampler on a ar model"),
+        (["decoder=diffusers", "model=sudoku6_ar", "sampler=token"], "sampler=token decodes on decoder=engine"),
         (["decoder=diffusers", "model.compile=true"], "model.compile"),
     ],
 )
