@@ -55,7 +55,7 @@ model is refused. docs/masked.md lists what each hub model's remote code needs, 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ from models.cache.row_cache import RowCache
 from models.compat import remote_compat
 from models.loading import remote_load
 from models.loading.masked_checks import DecodeLayout, check_masked_model
-from models.masked_masks import additive, block_mask, canvas_ids, mask_rows, shadowed
+from models.masked_masks import BlockQuery, additive, block_mask, canvas_ids, mask_rows, shadowed
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
 AUTO_CLASSES = {"causal_lm": AutoModelForCausalLM, "model": AutoModel}
@@ -85,24 +85,6 @@ def set_module_attrs(model: torch.nn.Module, attrs: dict[str, Any]) -> dict[str,
         for m in owners:
             setattr(m, name, value)
     return attrs
-
-
-@dataclass
-class BlockQuery:
-    """One row's step: the tokens before its current block, the block, and where the request's length ends
-    (`valid_end`: with `tail=hidden` later keys are hidden, as LLaDA2Pipeline's 2D mask marks them)."""
-
-    row: int
-    prefix: list[int]
-    block: list[int]
-    valid_end: int
-    # where the row's canvas ends (0: after its block): canvas=answer runs to gen_end, the positions past its block
-    # holding the mask id; one before the block's end cuts the block there (a rule's carry asked, SlowFast)
-    canvas_end: int = 0
-
-    @property
-    def start(self) -> int:
-        return len(self.prefix)
 
 
 class MaskedDiffusionAdapter:

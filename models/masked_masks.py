@@ -3,12 +3,27 @@ what each of its queries sees (the block layout's mask, a row's canvas cut or ex
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 
-if TYPE_CHECKING:
-    from models.masked_diffusion import BlockQuery
+
+@dataclass
+class BlockQuery:
+    """One row's step: the tokens before its current block, the block, and where the request's length ends
+    (`valid_end`: with `tail=hidden` later keys are hidden, as LLaDA2Pipeline's 2D mask marks them)."""
+
+    row: int
+    prefix: list[int]
+    block: list[int]
+    valid_end: int
+    # where the row's canvas ends (0: after its block): canvas=answer runs to gen_end, the positions past its block
+    # holding the mask id; one before the block's end cuts the block there (a rule's carry asked, SlowFast)
+    canvas_end: int = 0
+
+    @property
+    def start(self) -> int:
+        return len(self.prefix)
 
 
 def block_mask(

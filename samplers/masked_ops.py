@@ -5,14 +5,22 @@ configs validate before it loads."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from samplers.ranking import sort_rank
 
 if TYPE_CHECKING:
     import torch
 
-    from samplers.masked import MaskedSamplerConfig
+
+class DrawKnobs(Protocol):
+    """What the draw reads of a sampler config (`samplers.masked.MaskedSamplerConfig` has them): typed here so this
+    module needs nothing of the configs that compose it."""
+
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+
 
 DREAM_EPS = 1e-3  # Dream's DreamGenerationConfig default `eps` (its generation_config.json sets none)
 
@@ -33,7 +41,7 @@ def dream_ratios(steps: int) -> list[float]:
     return [*(1 - ts[1:-1] / ts[:-2]).tolist(), 1.0]
 
 
-def confidence_of(logits: torch.Tensor, cfg: MaskedSamplerConfig, prob: torch.Tensor, kind: str) -> torch.Tensor:
+def confidence_of(logits: torch.Tensor, cfg: DrawKnobs, prob: torch.Tensor, kind: str) -> torch.Tensor:
     """(B, L) what ranks the masked positions: `prob` the drawn token's probability (as `draw` returns it), `margin`
     top-1 minus top-2 probability, `entropy` minus the entropy (Dream's sample_tokens: sum p log(p + 1e-10)), both of
     the distribution the token was drawn from (temperature, top-k, top-p applied when temperature > 0)."""
@@ -67,7 +75,7 @@ def filtered_logits(logits: torch.Tensor, temperature: float, top_k: int | None,
     return x
 
 
-def draw(logits: torch.Tensor, cfg: MaskedSamplerConfig, u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def draw(logits: torch.Tensor, cfg: DrawKnobs, u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens, probabilities of those tokens), each (B, L). Greedy when temperature is 0; else the token whose
     CDF interval holds the uniform `u` (B, L) under the filtered distribution (inverse-CDF sampling)."""
     import torch
