@@ -95,8 +95,12 @@ class Row:
     note: str = ""
 
     @property
+    def identical(self) -> bool:
+        return self.cases > 0 and self.steps_same == self.steps and self.cases_same == self.cases
+
+    @property
     def passed(self) -> bool:
-        return not self.note and self.cases > 0 and self.steps_same == self.steps and self.cases_same == self.cases
+        return not self.note and self.identical
 
 
 def check(c: StrategyCheck, code_dir: Path) -> list[Row]:

@@ -56,3 +56,8 @@ class StrategyConfig(MaskedSamplerConfig):
             value = getattr(self, key)
             if value not in (None, 0, 0.0):
                 raise SamplerConfigError(f"sampler.{key}: {self.name} has no such rule; must stay off, got {value!r}")
+
+    def _threshold_unused(self, why: str) -> None:
+        """For a strategy whose own knob replaces the base rule's probability threshold: it must stay null."""
+        if self.threshold is not None:
+            raise SamplerConfigError(f"sampler.threshold: must be null for {self.name} ({why}), got {self.threshold!r}")

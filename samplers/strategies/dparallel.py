@@ -62,11 +62,7 @@ class DParallelConfig(StrategyConfig):
 
     def validate(self) -> None:
         super().validate()
-        _require(
-            self.threshold is None,
-            "threshold",
-            f"must be null for dparallel (entropy_threshold is its rule), got {self.threshold!r}",
-        )
+        self._threshold_unused("entropy_threshold is its rule")
         _require(
             _is_num(self.entropy_threshold) and self.entropy_threshold >= 0,
             "entropy_threshold",

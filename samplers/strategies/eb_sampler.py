@@ -68,11 +68,7 @@ class EBSamplerConfig(StrategyConfig):
 
     def validate(self) -> None:
         super().validate()
-        _require(
-            self.threshold is None,
-            "threshold",
-            f"must be null for eb_sampler (gamma is its rule), got {self.threshold!r}",
-        )
+        self._threshold_unused("gamma is its rule")
         _require(_is_num(self.gamma) and self.gamma >= 0, "gamma", f"must be a number >= 0 (nats), got {self.gamma!r}")
 
     def step(self, x: MaskedStepIn) -> MaskedStepOut:

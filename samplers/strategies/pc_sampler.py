@@ -82,11 +82,7 @@ class PCSamplerConfig(StrategyConfig):
 
     def validate(self) -> None:
         super().validate()
-        _require(
-            self.threshold is None,
-            "threshold",
-            f"must be null for pc_sampler (a fixed share per step), got {self.threshold!r}",
-        )
+        self._threshold_unused("a fixed share per step")
         _require(_is_num(self.lambd) and self.lambd >= 0, "lambd", f"must be a number >= 0, got {self.lambd!r}")
         _require(_is_num(self.alpha) and self.alpha > 0, "alpha", f"must be a number > 0, got {self.alpha!r}")
         _require(
