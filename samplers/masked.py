@@ -91,6 +91,9 @@ class MaskedSamplerConfig:
     schedule: str | None = None  # even | dream; null: the model's own (model.schedule)
     confidence: str | None = None  # prob | margin | entropy: what ranks the share; null: the model's own
     eos_at_block_end: ClassVar[bool] = False  # not a knob: False, a row stops at its first committed EOS (diffusers)
+    # the rule's opt-ins (not knobs; samplers/masked_rule.py): its carry kept into the next block, WINO's shadow queries
+    carry_across_blocks: ClassVar[bool] = False
+    shadow_queries: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         self.validate()

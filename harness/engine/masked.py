@@ -130,8 +130,8 @@ class MaskedDiffusionDecoder:
         self.rule = sampler.resolved(self.layout.schedule, self.layout.confidence)
         # the rule's carry outlives a block (`samplers.masked_rule`); with sub-blocks it stays per sub-block, as the
         # columns after a sub-block are not handed over
-        self.across = bool(getattr(self.rule, "carry_across_blocks", False)) and self.layout.sub_block is None
-        self.shadow = bool(getattr(self.rule, "shadow_queries", False))  # WINO's verify queries in the forward
+        self.across = self.rule.carry_across_blocks and self.layout.sub_block is None
+        self.shadow = self.rule.shadow_queries  # WINO's verify queries in the forward
         refusal = model.shadow_refusal() if self.shadow else None
         if self.shadow and (refusal or self.layout.sub_block is not None):
             raise ValueError(f"sampler.verify: shadow: {refusal or 'no sub-blocks'} (verify: self runs anywhere)")

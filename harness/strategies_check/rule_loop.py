@@ -100,7 +100,7 @@ def step_input(logits, block, editable, plans, step, first, keys, mask_id, carry
 
 def _step(rule, model, rows: list[Row], mask_id: int, shadow: bool) -> None:
     ends = [int(r.carry["canvas_end"]) if r.carry and "canvas_end" in r.carry else -1 for r in rows]
-    across = getattr(rule, "carry_across_blocks", False)
+    across = rule.carry_across_blocks
     outs = [logits_of(r, model, mask_id, shadow, e, across) for r, e in zip(rows, ends, strict=True)]
     cols = max(len(o) for o in outs)
     logits = torch.stack([torch.cat([o, o.new_zeros(cols - len(o), o.shape[1])]) for o in outs])
