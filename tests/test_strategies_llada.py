@@ -332,10 +332,3 @@ def test_an_ar_seeded_layout_is_refused(cls):
     assert cls().plan(8, 16, 8).steps > 0
     with pytest.raises(SamplerConfigError, match=r"sampler\.name: .* does not seed"):
         cls().plan(8, 16, 8, seeded=True)
-
-
-@pytest.mark.parametrize("cls", [WinoConfig, SlowFastConfig, KlassConfig])
-def test_an_engine_that_composes_the_rule_itself_is_refused(cls):
-    """main's engine before the rule interface calls block_end(had_masks, masks_left, edited, step, steps, post)."""
-    with pytest.raises(SamplerConfigError, match=r"sampler\.name: .* needs the engine that calls its rule's step"):
-        cls().block_end(True, False, False, 1, 4, 0)

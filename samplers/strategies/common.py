@@ -77,12 +77,10 @@ def steps_taken(x) -> torch.Tensor:
 
 
 def shares_of(cfg, x) -> torch.Tensor:
-    """(B,) long: this step's share per row from its plan (the even schedule's entry at the step, clamped at the last;
-    a `MaskedStepIn` that carries `share` itself hands it over)."""
+    """(B,) long: this step's share per row from its plan (the even schedule's entry at the step, clamped at the
+    last)."""
     import torch
 
-    if hasattr(x, "share"):
-        return torch.as_tensor(x.share, dtype=torch.long, device=x.block.device)
     at = zip(x.plans, x.step, strict=True)
     return torch.tensor([p.shares[min(s, len(p.shares) - 1)] if p.shares else 0 for p, s in at], device=x.block.device)
 
@@ -90,14 +88,3 @@ def shares_of(cfg, x) -> torch.Tensor:
 def refuse_seeded(cfg, seeded: bool) -> None:
     """An AR-seeded block commits its first token alone at its first forward: none of the strategies does that."""
     _require(not seeded, "name", f"{cfg.name} does not seed a block's first token (an AR-seeded model's layout)")
-
-
-def check_engine(cfg, progress) -> None:
-    """An engine that composes the masked rule itself calls `block_end(had_masks, masks_left, ...)` and never `step`:
-    refuse it by name rather than decode another rule."""
-    _require(
-        isinstance(progress, BlockProgress),
-        "name",
-        f"{cfg.name} needs the engine that calls its rule's step (samplers.masked_rule); this one composes the rule "
-        "itself",
-    )

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, ClassVar
 from samplers.masked import MaskedSamplerConfig, _is_int, _is_num, _require, draw, filtered_logits, transfer_schedule
 from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut
 from samplers.strategies.common import (
-    check_engine,
     check_own_rule,
     filled_or_capped,
     refuse_seeded,
@@ -81,8 +80,7 @@ class KlassConfig(MaskedSamplerConfig):
         steps = self.steps_for(max_new_tokens, block_length)
         return BlockPlan(steps, transfer_schedule(masks, steps))
 
-    def block_end(self, progress: BlockProgress, *_old) -> tuple[bool, bool]:
-        check_engine(self, progress)
+    def block_end(self, progress: BlockProgress) -> tuple[bool, bool]:
         return filled_or_capped(progress)
 
     def step(self, x: MaskedStepIn) -> MaskedStepOut:

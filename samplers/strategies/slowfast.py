@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from samplers.masked import MaskedSamplerConfig, _is_int, _is_num, _require, draw
 from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut
-from samplers.strategies.common import check_engine, check_own_rule, refuse_seeded, row_carry, top_k, uniforms
+from samplers.strategies.common import check_own_rule, refuse_seeded, row_carry, top_k, uniforms
 
 if TYPE_CHECKING:
     import torch
@@ -112,10 +112,9 @@ class SlowFastConfig(MaskedSamplerConfig):
         refuse_seeded(self, seeded)
         return BlockPlan(self.steps_per_block)
 
-    def block_end(self, progress: BlockProgress, *_old) -> tuple[bool, bool]:
+    def block_end(self, progress: BlockProgress) -> tuple[bool, bool]:
         """Final when the rule says so (its carry, `progress.carry`: the slow phase runs its forwards even on a
         filled block); without the carry, when no mask is left."""
-        check_engine(self, progress)
         if progress.step + progress.post >= progress.steps:
             return True, progress.masks_left
         carry = progress.carry

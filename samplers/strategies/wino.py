@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, ClassVar
 from samplers.masked import MaskedSamplerConfig, _is_int, _is_num, _require, draw
 from samplers.masked_rule import BlockPlan, BlockProgress, MaskedStepIn, MaskedStepOut
 from samplers.strategies.common import (
-    check_engine,
     check_own_rule,
     filled_or_capped,
     prob_of,
@@ -91,8 +90,7 @@ class WinoConfig(MaskedSamplerConfig):
         """The engine adds the shadow block's L verify queries to the forward (`samplers.masked_rule`)."""
         return self.verify == "shadow"
 
-    def block_end(self, progress: BlockProgress, *_old) -> tuple[bool, bool]:
-        check_engine(self, progress)
+    def block_end(self, progress: BlockProgress) -> tuple[bool, bool]:
         return filled_or_capped(progress)
 
     def step(self, x: MaskedStepIn) -> MaskedStepOut:
