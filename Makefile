@@ -6,7 +6,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: venv test test-fast lint sweep families search films tiny-models pareto bench gpu-check gpu-plan kernel-build hub-check strategies-check clean
+.PHONY: venv test test-fast lint sweep families strategies-sweep search films tiny-models pareto bench gpu-check gpu-plan kernel-build hub-check strategies-check clean
 
 venv: $(STAMP)
 $(STAMP): requirements.txt pyproject.toml
@@ -58,6 +58,16 @@ families: venv  ## masked vs uniform-state vs AR (+ draft) at equal size on the 
 	  $(PY) -m harness.run experiment=sudoku_families fam=$$fams '~hydra.callbacks.sweep_summary' & pids="$$pids $$!"; \
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 	$(PY) -m harness.pareto $(FAMILIES_DIR) --out $(FAMILIES_DIR)/summary
+
+# The field's strategies (samplers/strategies/) on the masked Sudoku model, each over its main knob (4 levels), two
+# lanes; the summary draws one front per sampler beside make families' runs when they exist (docs/families.md).
+STRATEGIES_LANES := masked_fast_dllm_v2,masked_dparallel,masked_eb_sampler,masked_pc_sampler masked_wino,masked_slowfast,masked_klass
+STRATEGIES_DIR := outputs/sweeps/sudoku_strategies
+strategies-sweep: venv  ## the field's strategies on the 300 held-out 6x6 puzzles, fronts beside make families' runs
+	@pids=""; for fams in $(STRATEGIES_LANES); do \
+	  $(PY) -m harness.run experiment=sudoku_strategies fam=$$fams '~hydra.callbacks.sweep_summary' & pids="$$pids $$!"; \
+	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
+	$(PY) -m harness.pareto $(STRATEGIES_DIR) $(wildcard $(FAMILIES_DIR)) --out $(STRATEGIES_DIR)/summary
 
 search: venv  ## multi-objective sampler search on Sudoku (11 runs) vs the make sweep grid: hypervolume, dominance
 	$(PY) -m harness.analysis.search_vs_grid

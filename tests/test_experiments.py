@@ -20,8 +20,9 @@ EXPERIMENTS = sorted(
 
 
 # sweep axes that only repeat the same code path at another value: one value each here (sudoku_families: every
-# `fam` option at one step budget of four; tests/test_families.py runs its table end to end)
-NARROWED = {"sudoku_families": ["budget=8"]}
+# `fam` option at one step budget of four; tests/test_families.py runs its table end to end; sudoku_strategies: at one
+# level of four, tests/test_strategies_sweep.py)
+NARROWED = {"sudoku_families": ["budget=8"], "sudoku_strategies": ["level=l4"]}
 
 
 @pytest.mark.slow

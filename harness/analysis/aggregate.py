@@ -39,6 +39,7 @@ from harness.analysis.lengths import format_lengths, length_crossovers, length_s
 from harness.analysis.parallelbench import pbx_table, per_task_scores
 from harness.analysis.parallelbench_matched import format_matched
 from harness.analysis.scaling import crossovers, format_latency, format_scaling, scaling_series
+from harness.analysis.strategies import format_strategies, strategy_table
 from harness.runner.store import METRICS, SAMPLES, UnreadableFile, read_metrics, scan_run
 
 ID_COLUMNS = ["run_name", "label", "model", "eval", "sampler", "seed"]
@@ -262,6 +263,9 @@ def summarize(
     if (curve := steps_curve(table))["max_steps"].nunique() > 1:  # a curve needs two step caps at least
         curve.to_csv(Path(out_dir) / "steps_curve.csv", index=False)
         files.append(Path(out_dir) / "steps_curve.csv")
+    if not (st := strategy_table(table)).empty:  # the field's strategies: a front per sampler rule
+        st.to_csv(Path(out_dir) / "strategies.csv", index=False)
+        files.append(Path(out_dir) / "strategies.csv")
     if not (pb := pbx_table(table)).empty:  # ParallelBench runs: PBx per strategy (harness.analysis.parallelbench)
         pb.to_csv(Path(out_dir) / "parallelbench_pbx.csv", index=False)
         files.append(Path(out_dir) / "parallelbench_pbx.csv")
@@ -362,6 +366,10 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
     if families := format_families(table):
         print("\nDecoding families at equal size (best run per step budget; harness.analysis.families):")
         print(families)
+    if strategies := format_strategies(table):
+        print("\nThe field's strategies beside our samplers (one front per model and sampler; q@x: best quality at")
+        print("TPF >= x; harness.analysis.strategies):")
+        print(strategies)
     if hybrid := format_hybrid(hybrid_table(table)):
         print("\nHybrid decoding vs the pure modes of the same weights (paired on items; p: one-sided, run better):")
         print(hybrid)

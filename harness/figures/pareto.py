@@ -51,6 +51,7 @@ from harness.figures.plot_points import (
     series_colors,
     series_order,
 )
+from harness.figures.strategies_plot import strategies_figures
 from harness.runner.store import read_samples
 
 # ---- figures ----------------------------------------------------------------------------------------------
@@ -269,8 +270,10 @@ def make_report(
                 report.files += save_figure(pareto_figure(g, x), out_dir, stem)
                 if html:
                     report.files.append(pareto_html(g, x, out_dir / f"{stem}.html"))
-    # d3LLM leaderboard tasks: ours beside the published rows; ParallelBench: score vs TPF per task and family
-    for stem, fig in {**leaderboard_figures(table), **parallelbench_figures(table)}.items():
+    # d3LLM leaderboard tasks: ours beside the published rows; ParallelBench: score vs TPF per task and family;
+    # the field's strategies: one front per sampler rule beside ours
+    figures = {**leaderboard_figures(table), **parallelbench_figures(table), **strategies_figures(table)}
+    for stem, fig in figures.items():
         report.files += save_figure(fig, out_dir, safe_stem(stem))
     series = scaling_series(table)  # one model at several batch sizes: throughput vs concurrency
     found = crossovers(series)
