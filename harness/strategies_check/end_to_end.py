@@ -18,7 +18,8 @@ import torch
 
 from harness.hub_check import check_family
 from harness.hub_families import Case, HubFamily, load_routine_module
-from harness.strategies_check.replay import LLADA_MASK, LLADA_SHRINK, LLADA_VOCAB, WORK, Tally, baseline_file
+from harness.strategies_check.replay import LLADA_MASK, LLADA_SHRINK, LLADA_VOCAB, WORK, baseline_file
+from harness.strategies_check.tally import Tally
 
 NEW, BLOCK = 32, 8
 

@@ -21,7 +21,8 @@ from types import SimpleNamespace
 import torch
 
 from harness.hub_families import load_routine_module
-from harness.strategies_check.replay import RandomLogits, Tally, step_in
+from harness.strategies_check.replay import RandomLogits, step_in
+from harness.strategies_check.tally import Tally
 from samplers.strategies import STRATEGIES
 
 QWEN_MASK, QWEN_STOP, QWEN_VOCAB, PAD = 151665, 151645, 152064, 151643

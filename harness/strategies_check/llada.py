@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from harness.strategies_check import rule_loop
+from harness.strategies_check.tally import Tally
 
 REPOS = {  # strategy -> (its folder: the repository's root, the file with the generate function, its name)
     "wino": ("wino", "LLaDA/decoding.py", "decoding_wino"),
@@ -138,33 +139,6 @@ def tiny_llada(vocab: int, mask_id: int, eos_id: int, seed: int = 0, sharpen: fl
         model.lm_head.weight[~live] = 0
         model.model.norm.weight.fill_(sharpen)
     return TinyLLaDA(f"tiny LLaDA-style Llama (V={vocab}, mask {mask_id}, seed {seed})", model, mask_id, eos_id)
-
-
-@dataclass
-class Tally:
-    """A strategy's figures on one model: cases, forwards compared (`steps`: the longer run's, per case) and how
-    many of them ran on the same input before the first difference, cases identical throughout."""
-
-    model: str
-    cases: int = 0
-    steps: int = 0
-    steps_same: int = 0
-    cases_same: int = 0
-    first_diff: str = ""
-    remasked: int = 0  # what the cases exercised: WINO's re-masked tokens, SlowFast's forwards on a cut canvas
-    cut: int = 0
-
-    def add(self, theirs: list[list[int]], ours: list[list[int]], answer_same: bool, what: str) -> None:
-        same = next(
-            (i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), min(map(len, (theirs, ours)))
-        )
-        self.cases += 1
-        self.steps += max(len(theirs), len(ours))
-        self.steps_same += same
-        ok = same == len(theirs) == len(ours) and answer_same
-        self.cases_same += ok
-        if not ok and not self.first_diff:
-            self.first_diff = f"{what}: forward {same} of {len(theirs)} (ours {len(ours)})"
 
 
 @dataclass
@@ -291,7 +265,7 @@ def run(
                     st.trace = []
                     answer = theirs(fn, st, m, prompt, c)
                     trace = [t[: -c.width] for t in st.trace] if strip else st.trace
-                    tally.add(trace, row.trace, answer == row.x[row.prompt :], f"case {i} {c.knobs}")
+                    tally.compare(trace, row.trace, answer == row.x[row.prompt :], f"case {i} {c.knobs}")
                     tally.remasked, tally.cut = tally.remasked + row.remasked, tally.cut + row.cut
         out.append(tally)
     return out
@@ -350,7 +324,9 @@ def run_engine(
                 st.trace = []
                 answer = _cut(theirs(fn, st, m, prompt, c), eos_id)
                 trace = [t[: -c.width] for t in st.trace] if strip else st.trace
-                tally.add(trace, list(seen), answer == res.token_ids and res.nfe == len(trace), f"case {i} {c.knobs}")
+                tally.compare(
+                    trace, list(seen), answer == res.token_ids and res.nfe == len(trace), f"case {i} {c.knobs}"
+                )
         hook.remove()
     return tally
 

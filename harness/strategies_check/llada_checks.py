@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.strategies_check import checks, llada
+from harness.strategies_check.tally import Tally
 
 REPO = Path(__file__).resolve().parents[2]
 WINO_GAP = "verify=self: this forward's logits at the token's own position, not the shadow block's (docs/samplers.md)"
@@ -38,7 +39,7 @@ class StrategyCheck:
     name: str  # the sampler name (samplers.strategies)
     source: str  # the authors' repo@commit and the function run
     folders: tuple[str, ...]  # sub-folders of --code-dir it reads
-    run: Callable[[Path, int], list[llada.Tally]]  # one tally per model
+    run: Callable[[Path, int], list[Tally]]  # one tally per model
     known: str = ""  # a stated gap: its rows are reported, never failed
 
 
@@ -85,7 +86,7 @@ class NotYet(RuntimeError):
 def _engine(strategy: str, blocks: tuple[int, ...] = (1,), ours: dict | None = None):
     """A run through our engine (one tally), once the engine calls the rule's `step`."""
 
-    def run(code_dir: Path, n: int) -> list[llada.Tally]:
+    def run(code_dir: Path, n: int) -> list[Tally]:
         import tempfile
         from dataclasses import fields
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
 from harness.hub_families import load_routine_module
+from harness.strategies_check.tally import Tally
 from samplers.masked_rule import BlockPlan, MaskedStepIn
 from samplers.strategies import STRATEGIES
 
@@ -25,23 +25,6 @@ WORK = Path(__file__).resolve().parents[2] / "outputs" / "strategies_check"
 LLADA_MASK, LLADA_VOCAB = 126336, 126464
 LLADA_SHRINK = {"d_model": 64, "n_heads": 4, "n_kv_heads": 4, "n_layers": 2, "mlp_hidden_size": 128}
 RANDOM_VOCAB, SHARPNESS = 40, (1.0, 4.0, 12.0)  # random-logit cases: small vocab, soft to saturated softmax
-
-
-@dataclass
-class Tally:
-    model: str
-    cases: int = 0
-    steps: int = 0
-    steps_same: int = 0
-    cases_same: int = 0
-    first_diff: str = ""
-
-    def add(self, other: Tally) -> None:
-        self.cases += 1
-        self.steps += other.steps
-        self.steps_same += other.steps_same
-        self.cases_same += int(other.steps == other.steps_same and other.steps > 0)
-        self.first_diff = self.first_diff or other.first_diff
 
 
 def step_in(logits: torch.Tensor, block: torch.Tensor, plan: BlockPlan, i: int, mask_id: int) -> MaskedStepIn:
