@@ -1,6 +1,7 @@
-"""experiment=sudoku_strategies (make strategies-sweep): every ported strategy has a `fam` option that sweeps its main
-knob, and the summary draws one front per (model, sampler) beside the other samplers' runs
-(harness.analysis.strategies, harness.figures.strategies_plot)."""
+"""experiment=sudoku_strategies (make strategies-sweep) and twin/parallelbench_strategies: every ported strategy has a
+`fam` option that sweeps its main knob on the masked model; the Sudoku summary draws one front per (model, sampler)
+beside the other samplers' runs (harness.analysis.strategies, harness.figures.strategies_plot), the twin's gives PBx
+per strategy."""
 
 from __future__ import annotations
 
@@ -15,28 +16,33 @@ from harness.analysis.strategies import strategy_table
 from samplers.strategies import STRATEGIES
 from tests.helpers.app import REPO, compose_app, run_app
 
-LEVELS = ("l1", "l2", "l3", "l4")
+# experiment -> (its fam options' prefix, the level key, its levels, the masked model)
+SWEEPS = {
+    "sudoku_strategies": ("masked_", "level", ("l1", "l2", "l3", "l4"), "sudoku6_masked"),
+    "twin/parallelbench_strategies": ("pb_twin_masked_", "pb_level", ("p1", "p2", "p3", "p4", "p5"), "pb_twin_masked"),
+}
 
 
-def _swept_fams() -> list[str]:
-    cfg = OmegaConf.load(REPO / "conf" / "experiment" / "sudoku_strategies.yaml")
-    return [f.strip() for f in cfg.hydra.sweeper.params.fam.split(",")]
+@pytest.mark.parametrize("experiment", sorted(SWEEPS))
+def test_every_strategy_is_swept_by_its_own_fam_option(experiment):
+    cfg = OmegaConf.load(REPO / "conf" / "experiment" / f"{experiment}.yaml")
+    fams = [f.strip() for f in cfg.hydra.sweeper.params.fam.split(",")]
+    assert sorted(fams) == sorted(f"{SWEEPS[experiment][0]}{name}" for name in STRATEGIES)
 
 
-def test_every_strategy_is_swept_by_its_own_fam_option():
-    assert sorted(_swept_fams()) == sorted(f"masked_{name}" for name in STRATEGIES)
-
-
+@pytest.mark.slow  # 63 Hydra composes
+@pytest.mark.parametrize("experiment", sorted(SWEEPS))
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
-def test_each_level_sets_the_strategys_knob_on_the_masked_sudoku_model(name):
+def test_each_level_sets_the_strategys_knob_on_the_masked_model(name, experiment):
+    prefix, key, levels, model = SWEEPS[experiment]
     seen = set()
-    for level in LEVELS:
-        cfg = compose_app("experiment=sudoku_strategies", f"fam=masked_{name}", f"level={level}")
-        assert cfg.model.name == "sudoku6_masked" and cfg.sampler.name == name
+    for level in levels:
+        cfg = compose_app(f"experiment={experiment}", f"fam={prefix}{name}", f"{key}={level}")
+        assert cfg.model.name == model and cfg.sampler.name == name
         knobs = OmegaConf.to_container(cfg.sampler, resolve=True)
         seen.add(tuple(sorted((k, str(v)) for k, v in knobs.items())))
         STRATEGIES[name](**{k: v for k, v in knobs.items() if k != "_target_"}).validate()
-    assert len(seen) == len(LEVELS), f"{name}: the levels do not change its knob"
+    assert len(seen) == len(levels), f"{name}: the levels do not change its knob"
 
 
 def _row(sampler, tpf, quality, model="m", ev="e", n=100):
@@ -87,3 +93,20 @@ def test_the_sweep_runs_and_its_summary_draws_the_strategy_fronts(tmp_path):
     st = pd.read_csv(tmp_path / "summary" / "strategies.csv")
     assert sorted(st["sampler"]) == ["dparallel", "eb_sampler"] and (st["runs"] == 2).all()
     assert any(p.name.startswith("strategies_") and p.suffix == ".png" for p in report.files)
+
+
+@pytest.mark.slow
+def test_the_twin_sweep_gives_pbx_per_strategy(tmp_path):
+    sweep = tmp_path / "sweep"
+    run_app(
+        "-m",
+        "experiment=twin/parallelbench_strategies",
+        "fam=pb_twin_masked_klass,pb_twin_masked_eb_sampler",
+        "eval.task=copy",
+        "pb_level=p1,p5",
+        "eval.num_samples=2",
+        f"hydra.sweep.dir={sweep}",
+        timeout=600,
+    )
+    pbx = pd.read_csv(sweep / "summary" / "parallelbench_pbx.csv")
+    assert sorted(pbx["sampler"]) == ["eb_sampler", "klass"] and (pbx["settings"] == 2).all()
