@@ -1,9 +1,10 @@
 """The engine benches at two git revisions, interleaved: did a refactor change the engine's speed?
 
-Each round runs the decode-loop bench (ours vs transformers' `generate()` at B = 1, 4) and the Sudoku throughput
-bench (ours vs `generate()` at B = 1, 16) once at the base revision (a detached worktree) and once here, in
-alternating order, each in its own process. Every run reports ratios against `generate()` measured in that same
-process, and `generate()` is the same code at both revisions, so each ratio is a speed of our engine normalised by
+Each round runs the decode-loop bench (ours vs transformers' `generate()` at B = 1, 4), the Sudoku throughput
+bench (ours vs `generate()` at B = 1, 16) and the masked bench (diffusers' LLaDA2Pipeline vs our masked engine at
+B = 1, 16) once at the base revision (a detached worktree) and once here, in alternating order, each in its own
+process. Every run reports ratios against its reference (`generate()`, the pipeline) measured in that same process,
+and the reference is the same code at both revisions, so each ratio is a speed of our engine normalised by
 the machine's state at that moment. Per setting: the median ratio over the rounds at each revision and head /
 base - 1 of the medians, and per round head / base - 1 (the two ran back to back): its median and range, the noise
 a refactor that changes nothing stays within. A module that moved between the revisions is named per side
@@ -43,6 +44,7 @@ BENCHES = (
         "batch",
         ("ratio",),
     ),
+    ("masked_bench", [], "masked_bench.json", "batch", ("ratio_of_medians",)),  # pipeline / ours, B = 1, 16
 )
 
 
