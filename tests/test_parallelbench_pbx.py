@@ -61,3 +61,20 @@ def test_pbx_reproduces_every_published_leaderboard_value():
                 assert ours == pytest.approx(values[str(x)], abs=1e-9), (board.stem, strategy, x)
                 checked += 1
     assert checked == 99  # 33 model x strategy rows x 3 thresholds
+
+
+def test_pbx_of_each_task_alone_where_the_mean_over_tasks_is_zero():
+    """Copy at 100% up to 12.5 tokens/step, sort failed: PB80 on the mean is 0, on copy past 12.5 (interpolated)."""
+    from harness.analysis.parallelbench import pbx_table, task_pbx_table
+
+    rows = [
+        {"model": "m", "label": "masked", "sampler": "s", "sampler.threshold": thr, "pb_task": task,
+         "quality": q, "pb_tokens_per_step": tps, "tpf": tps / 2}
+        for thr, tps, copy_q, sort_q in ((0.9, 3.5, 1.0, 0.25), (0.5, 12.5, 1.0, 0.0), (0.1, 20.5, 0.5, 0.0))
+        for task, q in (("waiting_line/copy", copy_q), ("waiting_line/sort", sort_q))
+    ]  # fmt: skip
+    table = pd.DataFrame(rows)
+    assert pbx_table(table)["PB80"].tolist() == [0.0]
+    per_task = task_pbx_table(table).iloc[0]
+    assert per_task["sort"] == 0.0
+    assert per_task["copy"] == pytest.approx(12.5 + (100 - 80) / (100 - 50) * (20.5 - 12.5))  # interpolated

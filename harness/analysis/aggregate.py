@@ -36,7 +36,7 @@ from harness.analysis.families import format_families
 from harness.analysis.fronts import annotate_fronts
 from harness.analysis.hybrid import format_hybrid, hybrid_table
 from harness.analysis.lengths import format_lengths, length_crossovers, length_series
-from harness.analysis.parallelbench import pbx_table, per_task_scores
+from harness.analysis.parallelbench import pbx_table, per_task_scores, task_pbx_table
 from harness.analysis.parallelbench_matched import format_matched
 from harness.analysis.scaling import crossovers, format_latency, format_scaling, scaling_series
 from harness.analysis.strategies import format_strategies, strategy_table
@@ -268,7 +268,8 @@ def summarize(
         files.append(Path(out_dir) / "strategies.csv")
     if not (pb := pbx_table(table)).empty:  # ParallelBench runs: PBx per strategy (harness.analysis.parallelbench)
         pb.to_csv(Path(out_dir) / "parallelbench_pbx.csv", index=False)
-        files.append(Path(out_dir) / "parallelbench_pbx.csv")
+        task_pbx_table(table).to_csv(Path(out_dir) / "parallelbench_task_pb80.csv", index=False)
+        files += [Path(out_dir) / "parallelbench_pbx.csv", Path(out_dir) / "parallelbench_task_pb80.csv"]
     return table, fronts, files
 
 
@@ -387,6 +388,8 @@ def print_summary(table: pd.DataFrame, fronts: pd.DataFrame) -> None:
         print("max_tokens/NFE, PB*_tpf on our TPF; harness.analysis.parallelbench), then each task's score [interval]:")
         print(pb.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         print(per_task_scores(table).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print("\nPB80 of each task alone (tokens-per-step at which that task still scores >= 80%; 0: never):")
+        print(task_pbx_table(table).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         print("\nParallelBench at matched tokens-per-step (per task group; harness.analysis.parallelbench_matched):")
         print(format_matched(table))
     if broken := table.attrs.get("broken"):

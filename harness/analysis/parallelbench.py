@@ -74,6 +74,24 @@ def pbx_table(table: pd.DataFrame, thresholds: tuple[int, ...] = THRESHOLDS) -> 
     return pd.DataFrame(rows)
 
 
+def task_pbx_table(table: pd.DataFrame, x: int = THRESHOLDS[0]) -> pd.DataFrame:
+    """PBx of each strategy on each task alone (the same rule on that task's points, ParallelBench's tokens-per-step):
+    where the mean over tasks hides it (a model that fails the hard tasks has PBx 0 on the mean), the speed at which
+    each task still scores x%. One row per strategy, one column per task (`<group>/<task>` short name)."""
+    if table.empty or "pb_task" not in table:
+        return pd.DataFrame()
+    runs = table[table["pb_task"].notna() & table["quality"].notna()].copy()
+    for col in STRATEGY:
+        runs[col] = runs[col].fillna("-") if col in runs else "-"
+    rows = []
+    for key, group in runs.groupby(STRATEGY, sort=True):
+        row = dict(zip(STRATEGY, key, strict=True))
+        for task, g in group.groupby("pb_task", sort=True):
+            row[task.split("/", 1)[-1]] = pbx(g["pb_tokens_per_step"], 100.0 * g["quality"], x)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def per_task_scores(table: pd.DataFrame) -> pd.DataFrame:
     """Each ParallelBench run's task score with its interval and both speed axes, for the summary."""
     cols = ["model", "label", "pb_task", "quality", "quality_lo", "quality_hi", "pb_tokens_per_step", "tpf"]
