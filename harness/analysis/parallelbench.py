@@ -18,7 +18,8 @@ output tokens / forwards. A run records both (`pb_tokens_per_step`, `tpf`); this
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pandas as pd
 
@@ -54,17 +55,23 @@ def setting_points(runs: pd.DataFrame, axis: str) -> pd.DataFrame:
     return points.assign(score=points["score"] * 100.0).reset_index()
 
 
-def pbx_table(table: pd.DataFrame, thresholds: tuple[int, ...] = THRESHOLDS) -> pd.DataFrame:
-    """Per strategy (model, decoder label, sampler rule) of the ParallelBench runs in a summary table: its PBx on
-    their tokens-per-step (`PB80`...) and on our TPF (`PB80_tpf`...), the tasks that entered and the settings."""
+def strategy_groups(table: pd.DataFrame) -> Iterator[tuple[dict[str, Any], pd.DataFrame]]:
+    """The scored ParallelBench runs of a summary table by strategy: (its `STRATEGY` fields, its runs); a missing
+    field reads "-". Nothing when the table has no scored ParallelBench run."""
     if table.empty or "pb_task" not in table:
-        return pd.DataFrame()
+        return
     runs = table[table["pb_task"].notna() & table["quality"].notna()].copy()
     for col in STRATEGY:
         runs[col] = runs[col].fillna("-") if col in runs else "-"
-    rows = []
     for key, group in runs.groupby(STRATEGY, sort=True):
-        row = dict(zip(STRATEGY, key, strict=True))
+        yield dict(zip(STRATEGY, key, strict=True)), group
+
+
+def pbx_table(table: pd.DataFrame, thresholds: tuple[int, ...] = THRESHOLDS) -> pd.DataFrame:
+    """Per strategy (model, decoder label, sampler rule) of the ParallelBench runs in a summary table: its PBx on
+    their tokens-per-step (`PB80`...) and on our TPF (`PB80_tpf`...), the tasks that entered and the settings."""
+    rows = []
+    for row, group in strategy_groups(table):
         for axis, suffix in (("pb_tokens_per_step", ""), ("tpf", "_tpf")):
             points = setting_points(group, axis)
             row |= {f"PB{x}{suffix}": pbx(points["x"], points["score"], x) for x in thresholds}
@@ -78,14 +85,8 @@ def task_pbx_table(table: pd.DataFrame, x: int = THRESHOLDS[0]) -> pd.DataFrame:
     """PBx of each strategy on each task alone (the same rule on that task's points, ParallelBench's tokens-per-step):
     where the mean over tasks hides it (a model that fails the hard tasks has PBx 0 on the mean), the speed at which
     each task still scores x%. One row per strategy, one column per task (`<group>/<task>` short name)."""
-    if table.empty or "pb_task" not in table:
-        return pd.DataFrame()
-    runs = table[table["pb_task"].notna() & table["quality"].notna()].copy()
-    for col in STRATEGY:
-        runs[col] = runs[col].fillna("-") if col in runs else "-"
     rows = []
-    for key, group in runs.groupby(STRATEGY, sort=True):
-        row = dict(zip(STRATEGY, key, strict=True))
+    for row, group in strategy_groups(table):
         for task, g in group.groupby("pb_task", sort=True):
             row[task.split("/", 1)[-1]] = pbx(g["pb_tokens_per_step"], 100.0 * g["quality"], x)
         rows.append(row)

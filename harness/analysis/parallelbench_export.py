@@ -17,19 +17,15 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis.parallelbench import STRATEGY, THRESHOLDS, pbx, setting_points
+from harness.analysis.parallelbench import THRESHOLDS, pbx, setting_points, strategy_groups
 
 
 def _strategies(table: pd.DataFrame) -> Iterable[tuple[str, str, pd.DataFrame]]:
     """(model id, strategy id, its runs) for every ParallelBench strategy in a summary table."""
-    if table.empty or "pb_task" not in table:
-        return
-    runs = table[table["pb_task"].notna() & table["quality"].notna()].copy()
-    for col in STRATEGY:
-        runs[col] = runs[col].fillna("-") if col in runs else "-"
-    for (model, label, rule), group in runs.groupby(STRATEGY, sort=True):
+    for key, group in strategy_groups(table):
+        rule, label = key["sampler"], key["label"]
         strategy = rule if rule != "-" else label  # AR runs have no sampler rule: their decoder label
-        yield str(model), str(strategy), group
+        yield str(key["model"]), str(strategy), group
 
 
 def to_leaderboard_json(table: pd.DataFrame, thresholds: tuple[int, ...] = THRESHOLDS) -> dict[str, dict[str, Any]]:

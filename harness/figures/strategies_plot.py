@@ -11,8 +11,7 @@ from matplotlib.figure import Figure
 
 from harness.analysis.fronts import front_mask
 from harness.analysis.strategies import strategy_runs, strategy_table
-
-MARKERS = ["o", "s", "^", "D", "v", "P", "h", "X", "<", ">"]
+from harness.figures.families_plot import MARKERS
 
 
 def strategies_figures(table: pd.DataFrame) -> dict[str, Figure]:
