@@ -48,15 +48,19 @@ sweep: venv  ## the embedded default: Sudoku 6x6 sweep of the shipped models + A
 	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
 	$(PY) -m harness.pareto $(SWEEP_DIR) --out $(SWEEP_DIR)/summary
 
+# $(call fam_lanes,EXPERIMENT,LANES): one `harness.run experiment=EXPERIMENT` process per lane (a comma list of `fam`
+# options, LANES space-separated), all at once, the sweep summary left to the pareto step after; fails if any fails.
+fam_lanes = pids=""; for fams in $(2); do \
+	  $(PY) -m harness.run experiment=$(1) fam=$$fams '~hydra.callbacks.sweep_summary' & pids="$$pids $$!"; \
+	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
+
 # Masked vs uniform-state vs AR at equal size (docs/families.md): two lanes, one per core (masked samplers | the
 # uniform-state samplers and the AR baselines), into one sweep dir; the table, dominance tests and figures at the end.
 FAMILIES_MASKED := masked_refine_t095,masked_refine_t07,masked_refine_t05,masked_low_confidence,masked_remdm_r01,masked_remdm_r025
 FAMILIES_OTHERS := uniform_b003,uniform_b01,uniform_b03,uniform_b10,uniform_b01_remask01,uniform_default,ar,ar_draft
 FAMILIES_DIR := outputs/sweeps/sudoku_families
 families: venv  ## masked vs uniform-state vs AR (+ draft) at equal size on the 300 held-out 6x6 puzzles
-	@pids=""; for fams in $(FAMILIES_MASKED) $(FAMILIES_OTHERS); do \
-	  $(PY) -m harness.run experiment=sudoku_families fam=$$fams '~hydra.callbacks.sweep_summary' & pids="$$pids $$!"; \
-	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
+	@$(call fam_lanes,sudoku_families,$(FAMILIES_MASKED) $(FAMILIES_OTHERS))
 	$(PY) -m harness.pareto $(FAMILIES_DIR) --out $(FAMILIES_DIR)/summary
 
 # The field's strategies (samplers/strategies/) on the masked Sudoku model, each over its main knob (4 levels), two
@@ -64,9 +68,7 @@ families: venv  ## masked vs uniform-state vs AR (+ draft) at equal size on the 
 STRATEGIES_LANES := masked_fast_dllm_v2,masked_dparallel,masked_eb_sampler,masked_pc_sampler masked_wino,masked_slowfast,masked_klass
 STRATEGIES_DIR := outputs/sweeps/sudoku_strategies
 strategies-sweep: venv  ## the field's strategies on the 300 held-out 6x6 puzzles, fronts beside make families' runs
-	@pids=""; for fams in $(STRATEGIES_LANES); do \
-	  $(PY) -m harness.run experiment=sudoku_strategies fam=$$fams '~hydra.callbacks.sweep_summary' & pids="$$pids $$!"; \
-	done; status=0; for p in $$pids; do wait $$p || status=1; done; exit $$status
+	@$(call fam_lanes,sudoku_strategies,$(STRATEGIES_LANES))
 	$(PY) -m harness.pareto $(STRATEGIES_DIR) $(wildcard $(FAMILIES_DIR)) --out $(STRATEGIES_DIR)/summary
 
 search: venv  ## multi-objective sampler search on Sudoku (11 runs) vs the make sweep grid: hypervolume, dominance
