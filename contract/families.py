@@ -30,7 +30,7 @@ class Family:
     sampler_group: str  # UNIFORM / MASKED / TOKEN: the samplers it takes
     default_sampler: str
     decode_shape: str  # function: the positions a decode step holds, for the memory estimate
-    config_check: str | None = None  # function(model cfg) run before loading, beyond the common checks
+    config_check: str | None = None  # function(model cfg, sampler) run before loading, beyond the common checks
     scorer: str | None = None  # function(adapter, LikelihoodConfig) -> its likelihood scorer (lm-eval's loglikelihood)
     engines: dict[str, str] = field(default_factory=dict)  # alternative engines, chosen by the `decoder` config
     labels: tuple[DecoderKind, ...] = ()  # series labels its runs may carry besides `kind`

@@ -68,7 +68,7 @@ from contract.text import Prompt, encode_prompt
 from models.cache.row_cache import RowCache
 from models.compat import remote_compat
 from models.loading import remote_load
-from models.loading.masked_checks import DecodeLayout, check_masked_model
+from models.loading.masked_checks import DecodeLayout, check_masked_model, shadow_gaps
 from models.masked_masks import BlockQuery, additive, block_mask, canvas_ids, mask_rows, shadowed
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "auto": "auto"}
@@ -243,14 +243,11 @@ class MaskedDiffusionAdapter:
 
     def shadow_refusal(self) -> str | None:
         """Why this model cannot run WINO's shadow block (None: it can): the verify queries need the recompute path,
-        every position seeing every other, a 4D mask and position ids, no logit shift."""
-        needs = {
-            "context: recompute": self.context == "recompute",
-            "attention: bidirectional": self.attention == "bidirectional",
-            "a 4D mask (mask_form bool or additive)": self.mask_form != "padding",
-            "position ids": self.takes_positions, "unshifted logits": not self.layout.shifted,
-        }  # fmt: skip
-        missing = [k for k, ok in needs.items() if not ok]
+        every position seeing every other, a 4D mask and position ids, no logit shift, whole blocks."""
+        lay = self.layout
+        missing = shadow_gaps(
+            self.context, self.attention, self.mask_form, lay.shifted, lay.sub_block, self.takes_positions
+        )
         return f"the shadow block needs {', '.join(missing)}" if missing else None
 
     def _call(self, ids, qpos, mask, keep: int, keys=None, **kwargs) -> torch.Tensor:

@@ -133,8 +133,8 @@ class MaskedDiffusionDecoder:
         self.across = self.rule.carry_across_blocks and self.layout.sub_block is None
         self.shadow = self.rule.shadow_queries  # WINO's verify queries in the forward
         refusal = model.shadow_refusal() if self.shadow else None
-        if self.shadow and (refusal or self.layout.sub_block is not None):
-            raise ValueError(f"sampler.verify: shadow: {refusal or 'no sub-blocks'} (verify: self runs anywhere)")
+        if refusal:
+            raise ValueError(f"sampler.verify: shadow: {refusal} (verify: self runs anywhere)")
         self.filler = model.pad_id if model.pad_id >= 0 and model.pad_id != model.mask_id else 0
 
     def encode(self, prompt) -> list[int]:

@@ -13,10 +13,11 @@ import importlib.util
 import json
 import os
 import re
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from contract.decoding import DecoderKind
@@ -260,10 +261,11 @@ def samplers_of(family: Family) -> list[str]:
     return [n for n, cls in SAMPLERS.items() if sampler_group(cls) == family.sampler_group]
 
 
-def check_masked_config(model: DictConfig, sampler: DictConfig) -> None:
+def check_masked_config(model: DictConfig, sampler) -> None:
     """A masked model needs a mask id and a block length (the yaml's, or for a local checkpoint its config /
-    tokenizer files), a valid decode layout, and a sampler block length that divides the model's."""
-    from models.loading.masked_checks import DecodeLayout, check_masked_model
+    tokenizer files), a valid decode layout, a sampler block length that divides the model's, and for a rule with
+    the shadow block a layout that runs it. `sampler`: the sampler (instantiated) or its config."""
+    from models.loading.masked_checks import DecodeLayout, check_masked_model, shadow_gaps
 
     attention, context = str(model.get("attention")), str(model.get("context"))
     keys = ("canvas", "block_origin", "schedule", "confidence", "sub_block")
@@ -284,9 +286,25 @@ def check_masked_config(model: DictConfig, sampler: DictConfig) -> None:
     block = model.get("block_length") or found.get("block_length")
     if not block:
         raise ValueError("model.block_length: not set, and the checkpoint's config has none")
-    sb = sampler.get("block_length")
+    sb = getattr(sampler, "block_length", None) if is_dataclass(sampler) else sampler.get("block_length")
     if sb and isinstance(block, int) and block % sb:
         raise ValueError(f"sampler.block_length: {sb} must divide the model's block length {block}")
+    if _shadow_queries(sampler):  # WINO's verify queries: what the model yaml says already (position ids: at build)
+        missing = shadow_gaps(context, attention, str(model.get("mask_form", "additive")),
+                              bool(model.get("shifted_logits")), layout.sub_block)  # fmt: skip
+        if missing:
+            raise ValueError(
+                f"sampler.verify: shadow: the shadow block needs {', '.join(missing)}; {model.get('name')} has "
+                "not (verify: self runs anywhere)"
+            )
+
+
+def _shadow_queries(sampler) -> bool:
+    """Does the sampler's rule (an instance, or a config with its `_target_`) ask for the shadow block
+    (`samplers.masked_rule`: its class's `shadow_queries`)?"""
+    if isinstance(sampler, DictConfig):
+        sampler = instantiate(sampler) if sampler.get("_target_") else None
+    return bool(getattr(sampler, "shadow_queries", False))
 
 
 def _checkpoint_fields(model: DictConfig) -> dict:

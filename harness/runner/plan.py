@@ -9,7 +9,7 @@ shard (`harness.launch.shards`) go through these two, so they agree on what they
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from hydra.utils import get_method, instantiate
@@ -45,8 +45,7 @@ def decoder_plan(model, sampler, family_checks: bool = True, direct: bool = Fals
     except ValueError as e:
         raise ValueError(f"{e}; {model.get('name')}'s family: {sorted(samplers_of(family))}") from None
     if family_checks and family.config_check and sampler is not None:
-        knobs = OmegaConf.create(asdict(sampler)) if is_dataclass(sampler) else sampler
-        get_method(family.config_check)(model, knobs)
+        get_method(family.config_check)(model, sampler)
     return DecoderPlan(family, kind, str(model.get("_target_")), model, sampler, direct)
 
 

@@ -187,6 +187,23 @@ class DecodeLayout:
         return width if self.sub_block is None else min(width, self.sub_block)
 
 
+def shadow_gaps(
+    context: str, attention: str, mask_form: str, shifted: bool, sub_block: int | None, takes_positions: bool = True
+) -> list[str]:
+    """What a model's layout lacks to run WINO's shadow block (`sampler.verify: shadow`; empty: it can run it): the
+    verify queries ride in a recomputed forward where every position sees every other, through a 4D mask and
+    position ids, on unshifted logits and whole blocks. Before loading, `takes_positions` is not known yet (the
+    adapter checks it once the model's forward is read)."""
+    needs = {
+        "context: recompute": context == "recompute",
+        "attention: bidirectional": attention == "bidirectional",
+        "a 4D mask (mask_form bool or additive)": mask_form != "padding",
+        "position ids": takes_positions, "unshifted logits": not shifted,
+        "whole blocks (no model.sub_block)": sub_block is None,
+    }  # fmt: skip
+    return [k for k, ok in needs.items() if not ok]
+
+
 def check_requirements(requires: Any, torch_fallbacks: Any) -> None:
     """`model.requires`: packages the model's code imports, each installed or covered by `model.torch_fallbacks`.
     Reads no files and imports nothing (a find_spec per package)."""
