@@ -195,6 +195,37 @@ def test_own_checkpoint_configs_name_it_and_fail_before_download_offline(model, 
         check_model_path(cfg.model)
 
 
+def test_wino_shadow_on_llada_8b_fails_before_loading_naming_what_the_yaml_lacks(tmp_path):
+    """LLaDA 8B's own modeling takes a 2D key mask (`mask_form: padding`): WINO's shadow block cannot run there, and
+    the CLI's plan says so before any weights load; `verify: self` runs, and so does the shadow with a 4D mask."""
+    from harness.runner.plan import compose_plan
+
+    (tmp_path / "config.json").write_text("{}")  # a local folder: the plan reads no weights
+    base = ["model=llada_8b_instruct", f"model.path={tmp_path}", "model.device=cpu", "sampler=wino"]
+    with pytest.raises(ValueError, match=r"sampler\.verify: shadow: .*a 4D mask \(mask_form bool or additive\); "):
+        compose_plan(base)
+    assert compose_plan([*base, "sampler.verify=self"]).sampler.shadow_queries is False
+    assert compose_plan([*base, "model.mask_form=bool"]).sampler.shadow_queries is True
+
+
+def test_the_end_to_end_cases_compose_through_the_cli_plan(tmp_path):
+    """Each `*_e2e` check's case (its model yaml and `harness.run` overrides) plans as the CLI would, with the
+    strategy and its knobs, without the authors' code (their modules load when a routine runs)."""
+    from harness.hub_check import case_overrides
+    from harness.runner.plan import compose_plan
+    from harness.strategies_check import end_to_end
+
+    (tmp_path / "config.json").write_text("{}")
+    fams = end_to_end.families(tmp_path / "no_code")
+    assert {f.name for f in fams} == {c.name.removesuffix("_e2e") for c in CHECKS if c.name.endswith("_e2e")}
+    for fam in fams:
+        over = [f"model={fam.model_yaml}", f"model.path={tmp_path}", "model.device=cpu", *case_overrides(fam, fam.case)]
+        plan = compose_plan(over)
+        assert type(plan.sampler) is STRATEGIES[fam.name] and plan.family.kind == "masked"
+        for key, value in fam.case.knobs.items():
+            assert getattr(plan.sampler, key) == value, (fam.name, key)
+
+
 def test_a_seeded_block_commits_its_first_token_alone():
     """An AR-seeded plan (the layout's seed): its first forward fills position 0 only, the model's prediction."""
     logits = torch.randn(2, 8, 5) * 10

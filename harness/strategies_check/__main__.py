@@ -1,5 +1,6 @@
 """`python -m harness.strategies_check --code-dir DIR [--strategies ...] [--cases N]`: both tables of checks
-(`checks.CHECKS`: Fast-dLLM v2, dParallel, EB-Sampler, PC-Sampler; `llada_checks.CHECKS`: WINO, SlowFast, KLASS),
+(`checks.CHECKS`: Fast-dLLM v2, dParallel, EB-Sampler, PC-Sampler and the `*_e2e` rows through the CLI;
+`llada_checks.CHECKS`: WINO, SlowFast, KLASS),
 DIR holding every source's folder; non-zero unless every chosen check passes."""
 
 import argparse

@@ -80,6 +80,18 @@ CHECKS = [
             ("pc_sampler", "NEUIR/PC-Sampler@8b106b0 generate_with_pc_sampler"),
         )
     ),
+    *(
+        StrategyCheck(
+            f"{name}_e2e",
+            f"{source} vs python -m harness.run",
+            ("dparallel", "llada", name),
+            functools.partial(e2e.run, name=name),
+        )  # fmt: skip
+        for name, source in (
+            ("slowfast", "LiangrunFlora/Slow-Fast-Sampling@dd9958f generate_slow_fast_sampling"),
+            ("klass", "shkim0116/KLASS@ad87ecb stable_confident_decode"),
+        )
+    ),
 ]
 
 

@@ -10,6 +10,7 @@ answer). PC-Sampler reads the background file `replay.baseline_file` writes (bot
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 
 from harness.hub_check import check_family
 from harness.hub_families import Case, HubFamily, load_routine_module
+from harness.strategies_check.llada import authors_generate
 from harness.strategies_check.replay import LLADA_MASK, LLADA_SHRINK, LLADA_VOCAB, WORK, baseline_file
 from harness.strategies_check.tally import Tally
 
@@ -39,38 +41,64 @@ def _use_cache(model) -> None:
         model.config.use_cache = False
 
 
-def families(code_dir: Path) -> list[HubFamily]:
+def _dparallel(code_dir: Path):
     if str(code_dir / "dparallel") not in sys.path:
         sys.path.insert(0, str(code_dir / "dparallel"))  # its generate.py imports model.modeling_llada
-    dpar = load_routine_module(code_dir / "dparallel", "dparallel")
-    pcs = load_routine_module(code_dir / "pc_sampler" / "src", "pc_sampler")
+    return load_routine_module(code_dir / "dparallel", "dparallel")
+
+
+def families(code_dir: Path) -> list[HubFamily]:
+    """The end-to-end cases, one family per strategy; the authors' modules load when a routine first runs, so the
+    cases (the CLI overrides) exist without their code."""
+    dpar = functools.cache(lambda: _dparallel(code_dir))
+    pcs = functools.cache(lambda: load_routine_module(code_dir / "pc_sampler" / "src", "pc_sampler"))
     base = str(baseline_file(LLADA_VOCAB))
 
     def own_dparallel(model, ids, case, mask_id, folder):
         _use_cache(model)
-        thr = case.knobs["entropy_threshold"]
-        x, _ = dpar.generate(model, ids, steps=NEW, gen_length=NEW, block_length=BLOCK, mask_id=mask_id, threshold=thr)
+        thr, gen = case.knobs["entropy_threshold"], dpar().generate
+        x, _ = gen(model, ids, steps=NEW, gen_length=NEW, block_length=BLOCK, mask_id=mask_id, threshold=thr)
         return x[0, ids.shape[1] :].tolist()
 
     def own_eb(model, ids, case, mask_id, folder):
         _use_cache(model)
-        x = pcs.generate_with_eb_sampler(model, ids, gamma=case.knobs["gamma"], gen_length=NEW, mask_id=mask_id)
+        x = pcs().generate_with_eb_sampler(model, ids, gamma=case.knobs["gamma"], gen_length=NEW, mask_id=mask_id)
         return x[0, ids.shape[1] :].tolist()
 
     def own_pc(model, ids, case, mask_id, folder):
         _use_cache(model)
-        pcs.BASE_LINE = None
+        pcs().BASE_LINE = None
         k = case.knobs
-        x = pcs.generate_with_pc_sampler(
+        x = pcs().generate_with_pc_sampler(
             model, ids, NEW, NEW, BLOCK, k["lambd"], k["alpha"], base, 0.0, mask_id=mask_id
         )  # steps = the answer's length: one token per step, as its eval
         return x[0, ids.shape[1] :].tolist()
 
-    def fam(name, knobs, own, routine):
-        return HubFamily(
-            name, "dparallel_llada_8b", "Zigeng/dParallel-LLaDA-8B-instruct", "AutoModel", LLADA_MASK, [126081],
-            LLADA_SHRINK, Case(NEW, name, knobs, block_length=BLOCK), own, routine,
+    def own_slowfast(model, ids, case, mask_id, folder):
+        _use_cache(model)
+        k, fn = case.knobs, authors_generate("slowfast", code_dir)  # the sampler yaml's defaults, which are theirs
+        x, _, _ = fn(
+            ids, None, model, gen_length=NEW, block_length=k["block_length"], temperature=0.0, mask_id=mask_id,
+            k_exploration_steps=6, cycle_len_confidence_threshold=0.3, cycle_length_stability_window=2,
+            cycle_length_stability_std_dev_threshold=1.0, high_confidence_threshold=0.9, max_sub_cycles_per_block=256,
         )  # fmt: skip
+        return x[0].tolist()  # it returns the answer alone
+
+    def own_klass(model, ids, case, mask_id, folder):
+        _use_cache(model)  # steps = the answer's length: one per position, as its scripts (the yaml: cap_at_block)
+        x, _ = authors_generate("klass", code_dir)(
+            model, None, ids, NEW, NEW, case.knobs["block_length"], temperature=0.0, mask_id=mask_id,
+            conf_threshold=0.9, kl_threshold=0.01, kl_history_length=2, alg="klass", unmask_strategy="all",
+        )  # fmt: skip
+        return x[0, ids.shape[1] :].tolist()
+
+    def fam(name, knobs, own, routine, yaml="dparallel_llada_8b", repo="Zigeng/dParallel-LLaDA-8B-instruct"):
+        return HubFamily(
+            name, yaml, repo, "AutoModel", LLADA_MASK, [126081],
+            LLADA_SHRINK, [Case(NEW, name, knobs, block_length=knobs["block_length"])], _each_prompt(own), routine,
+        )  # fmt: skip
+
+    llada = {"yaml": "llada_8b_instruct", "repo": "GSAI-ML/LLaDA-8B-Instruct"}
 
     return [
         fam(
@@ -86,7 +114,18 @@ def families(code_dir: Path) -> list[HubFamily]:
             own_pc,
             "generate_with_pc_sampler",
         ),
+        fam("slowfast", {"block_length": BLOCK}, own_slowfast, "generate_slow_fast_sampling", **llada),
+        fam("klass", {"block_length": BLOCK}, own_klass, "stable_confident_decode(alg=klass)", **llada),
     ]
+
+
+def _each_prompt(own):
+    """`HubFamily.own` from a routine of one prompt (theirs take batch 1): each prompt's new tokens."""
+
+    def run(model, prompts: list[list[int]], case, mask_id, folder, args) -> list[list[int]]:
+        return [own(model, torch.tensor([p]), case, mask_id, folder) for p in prompts]
+
+    return run
 
 
 def run(code_dir: Path, *, name: str) -> list[Tally]:

@@ -79,21 +79,12 @@ CHECKS = [
 ]
 
 
-class NotYet(RuntimeError):
-    """A check whose other side is not on this branch yet: reported as not run, never failed."""
-
-
 def _engine(strategy: str, blocks: tuple[int, ...] = (1,), ours: dict | None = None):
-    """A run through our engine (one tally), once the engine calls the rule's `step`."""
+    """A run through our engine (one tally)."""
 
     def run(code_dir: Path, n: int) -> list[Tally]:
         import tempfile
-        from dataclasses import fields
 
-        from samplers.masked_rule import MaskedStepIn
-
-        if "plans" not in {f.name for f in fields(MaskedStepIn)}:
-            raise NotYet("the engine does not call a rule's step yet (main before the rule interface)")
         with tempfile.TemporaryDirectory() as tmp:
             return [llada.run_engine(strategy, code_dir, Path(tmp), max(1, n // 3), blocks, ours)]
 
@@ -138,8 +129,6 @@ def check(c: StrategyCheck, code_dir: Path, n: int) -> list[Row]:
         return [Row(c.name, c.source, "-", 0, 0, 0, 0, f"error: --code-dir lacks {', '.join(missing)}/")]
     try:
         tallies = c.run(code_dir, n)
-    except NotYet as err:
-        return [Row(c.name, c.source, "-", 0, 0, 0, 0, "", f"not run: {err}")]
     except Exception as err:  # one strategy failing does not stop the others
         return [Row(c.name, c.source, "-", 0, 0, 0, 0, f"error: {type(err).__name__}: {str(err).splitlines()[0]}")]
     return [
@@ -151,7 +140,7 @@ def check(c: StrategyCheck, code_dir: Path, n: int) -> list[Row]:
 def table(rows: list[Row]) -> str:
     lines = ["| strategy | source | model | cases | identical steps | identical cases | result |", "|---" * 7 + "|"]
     for r in rows:
-        gap = r.known if r.known.startswith("not run") else f"known gap: {r.known}; {r.note}"
+        gap = f"known gap: {r.known}; {r.note}"
         result = "pass" if r.identical else (gap if r.known else f"FAIL: {r.note}")
         lines.append(
             f"| {r.strategy} | {r.source} | {r.model} | {r.cases} | {r.steps_same}/{r.steps} | "
