@@ -71,25 +71,15 @@ CHECKS = [
         StrategyCheck(
             f"{name}_e2e",
             f"{source} vs python -m harness.run",
-            ("dparallel", "llada", "pc_sampler"),
+            ("dparallel", "llada", folder),
             functools.partial(e2e.run, name=name),
         )
-        for name, source in (
-            ("dparallel", "czg1225/dParallel@2ca4d14 generate"),
-            ("eb_sampler", "NEUIR/PC-Sampler@8b106b0 generate_with_eb_sampler"),
-            ("pc_sampler", "NEUIR/PC-Sampler@8b106b0 generate_with_pc_sampler"),
-        )
-    ),
-    *(
-        StrategyCheck(
-            f"{name}_e2e",
-            f"{source} vs python -m harness.run",
-            ("dparallel", "llada", name),
-            functools.partial(e2e.run, name=name),
-        )  # fmt: skip
-        for name, source in (
-            ("slowfast", "LiangrunFlora/Slow-Fast-Sampling@dd9958f generate_slow_fast_sampling"),
-            ("klass", "shkim0116/KLASS@ad87ecb stable_confident_decode"),
+        for name, source, folder in (  # folder: the routine's repository (PC-Sampler's for the first three)
+            ("dparallel", "czg1225/dParallel@2ca4d14 generate", "pc_sampler"),
+            ("eb_sampler", "NEUIR/PC-Sampler@8b106b0 generate_with_eb_sampler", "pc_sampler"),
+            ("pc_sampler", "NEUIR/PC-Sampler@8b106b0 generate_with_pc_sampler", "pc_sampler"),
+            ("slowfast", "LiangrunFlora/Slow-Fast-Sampling@dd9958f generate_slow_fast_sampling", "slowfast"),
+            ("klass", "shkim0116/KLASS@ad87ecb stable_confident_decode", "klass"),
         )
     ),
 ]

@@ -52,6 +52,8 @@ def families(code_dir: Path) -> list[HubFamily]:
     cases (the CLI overrides) exist without their code."""
     dpar = functools.cache(lambda: _dparallel(code_dir))
     pcs = functools.cache(lambda: load_routine_module(code_dir / "pc_sampler" / "src", "pc_sampler"))
+    slowfast = functools.cache(lambda: authors_generate("slowfast", code_dir))
+    klass = functools.cache(lambda: authors_generate("klass", code_dir))
     base = str(baseline_file(LLADA_VOCAB))
 
     def own_dparallel(model, ids, case, mask_id, folder):
@@ -76,8 +78,8 @@ def families(code_dir: Path) -> list[HubFamily]:
 
     def own_slowfast(model, ids, case, mask_id, folder):
         _use_cache(model)
-        k, fn = case.knobs, authors_generate("slowfast", code_dir)  # the sampler yaml's defaults, which are theirs
-        x, _, _ = fn(
+        k = case.knobs  # the sampler yaml's defaults, which are theirs
+        x, _, _ = slowfast()(
             ids, None, model, gen_length=NEW, block_length=k["block_length"], temperature=0.0, mask_id=mask_id,
             k_exploration_steps=6, cycle_len_confidence_threshold=0.3, cycle_length_stability_window=2,
             cycle_length_stability_std_dev_threshold=1.0, high_confidence_threshold=0.9, max_sub_cycles_per_block=256,
@@ -86,7 +88,7 @@ def families(code_dir: Path) -> list[HubFamily]:
 
     def own_klass(model, ids, case, mask_id, folder):
         _use_cache(model)  # steps = the answer's length: one per position, as its scripts (the yaml: cap_at_block)
-        x, _ = authors_generate("klass", code_dir)(
+        x, _ = klass()(
             model, None, ids, NEW, NEW, case.knobs["block_length"], temperature=0.0, mask_id=mask_id,
             conf_threshold=0.9, kl_threshold=0.01, kl_history_length=2, alg="klass", unmask_strategy="all",
         )  # fmt: skip
